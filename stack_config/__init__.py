@@ -1,0 +1,17 @@
+"""Stack configuration: the pydantic models and the readers that feed them."""
+
+from stack_config.errors import PROJECT, ConfigError, InvalidConfigError
+from stack_config.load import load_stack_file, parse_project_config, read_stack_file
+from stack_config.models import DevicePluginConfig, NodeConfig, StackConfig
+
+__all__ = [
+    "PROJECT",
+    "ConfigError",
+    "DevicePluginConfig",
+    "InvalidConfigError",
+    "NodeConfig",
+    "StackConfig",
+    "load_stack_file",
+    "parse_project_config",
+    "read_stack_file",
+]

@@ -1,0 +1,156 @@
+"""What a valid hidden-gpu stack is.
+
+Every rule about the `hidden-gpu:` configuration lives here, so that the Pulumi program, the
+offline render and the host tools all accept and reject exactly the same stacks.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic.alias_generators import to_camel
+
+from stack_config.errors import ConfigError, config_key
+
+GPU_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# DNS-1123 label: what Kubernetes accepts as a namespace name.
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# DNS-1123 subdomain: what Kubernetes accepts as a node name.
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+DEFAULT_PLUGIN_NAMESPACE = "hidden-gpu-system"
+
+
+def _reject_index(value: object) -> object:
+    # YAML turns `- 3` into an int and `- "3"` into a str; both are a person thinking in indices.
+    if isinstance(value, bool):
+        raise ValueError("not a GPU UUID: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        raise ValueError(
+            "a GPU index, not a UUID: indices can change across reboots and driver reloads, "
+            "and then the hidden GPU is the one exposed; pin it by its UUID "
+            "(python -m tools.discover lists them)"
+        )
+    return value
+
+
+def _check_gpu_uuid(value: str) -> str:
+    if value.lower() in ("all", "none", "void"):
+        raise ValueError("not a GPU: list each GPU by its UUID")
+    if not GPU_UUID.fullmatch(value):
+        raise ValueError(
+            "not a GPU UUID: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lowercase "
+            "hex, as nvidia-smi -L prints it"
+        )
+    return value
+
+
+def _check_dns_label(value: str) -> str:
+    if len(value) > 63 or not DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            "not a valid namespace name: at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _check_node_name(value: str) -> str:
+    # The plugin is pinned through the kubernetes.io/hostname label, and a label value holds at
+    # most 63 characters: a longer node name could never be selected.
+    if len(value) > 63 or not DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError(
+            "not a valid node name: at most 63 lowercase letters, digits, '-' and '.' "
+            "(DNS-1123), as `kubectl get nodes` shows it"
+        )
+    return value
+
+
+def _check_image(value: str) -> str:
+    repository, _, digest = value.partition("@")
+    last_segment = repository.rsplit("/", 1)[-1]
+    tag = last_segment.partition(":")[2] if ":" in last_segment else ""
+    if digest and not IMAGE_DIGEST.fullmatch(digest):
+        raise ValueError("malformed digest: expected @sha256:<64 hex digits>")
+    if tag and not IMAGE_TAG.fullmatch(tag):
+        raise ValueError("malformed tag")
+    if not tag and not digest:
+        raise ValueError("no tag or digest: pin the plugin version, e.g. ':v0.20.0'")
+    if tag == "latest" and not digest:
+        raise ValueError("':latest' is not a pinned version: pin the plugin version, e.g. ':v0.20.0'")
+    return value
+
+
+GpuUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_gpu_uuid)]
+NamespaceName = Annotated[str, AfterValidator(_check_dns_label)]
+NodeName = Annotated[str, AfterValidator(_check_node_name)]
+ImageRef = Annotated[str, AfterValidator(_check_image)]
+
+
+class _Model(BaseModel):
+    # Unknown keys are errors: a misspelt `hidenGpus` must never silently expose GPUs.
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        extra="forbid",
+        frozen=True,
+        strict=True,
+    )
+
+
+class NodeConfig(_Model):
+    name: NodeName
+    exposed_gpus: list[GpuUuid]
+    hidden_gpus: list[GpuUuid] = Field(default_factory=list)
+
+
+class DevicePluginConfig(_Model):
+    image: ImageRef = DEFAULT_PLUGIN_IMAGE
+    namespace: NamespaceName = DEFAULT_PLUGIN_NAMESPACE
+    create_namespace: bool = True
+
+
+class StackConfig(_Model):
+    """The `hidden-gpu:` keys of one stack, without their prefix."""
+
+    nodes: Annotated[list[NodeConfig], Field(min_length=1)]
+    quotas: dict[NamespaceName, Annotated[StrictInt, Field(ge=0)]] = Field(default_factory=dict)
+    device_plugin: DevicePluginConfig = DevicePluginConfig()
+
+    def model_post_init(self, context: object, /) -> None:
+        _check_cross_references(self)
+
+
+def _check_cross_references(stack: StackConfig) -> None:
+    """Rules that span several fields; raised with the full key path of the offending value."""
+    first_node_index: dict[str, int] = {}
+    first_gpu_place: dict[str, str] = {}
+    for node_index, node in enumerate(stack.nodes):
+        node_path = f"nodes[{node_index}]"
+        if node.name in first_node_index:
+            raise ConfigError(
+                config_key(f"{node_path}.name"),
+                node.name,
+                f"node listed twice (also nodes[{first_node_index[node.name]}])",
+            )
+        first_node_index[node.name] = node_index
+        for field, uuids in (("exposedGpus", node.exposed_gpus), ("hiddenGpus", node.hidden_gpus)):
+            for gpu_index, uuid in enumerate(uuids):
+                place = f"{node_path}.{field}[{gpu_index}]"
+                if uuid in first_gpu_place:
+                    raise ConfigError(config_key(place), uuid, _twice(first_gpu_place[uuid], place))
+                first_gpu_place[uuid] = place
+
+
+def _twice(first: str, second: str) -> str:
+    first_node, second_node = first.split(".", maxsplit=1)[0], second.split(".", maxsplit=1)[0]
+    if first_node != second_node:
+        return f"GPU also listed on another node ({first}); a GPU belongs to one node"
+    if first.split(".")[1].split("[", maxsplit=1)[0] != second.split(".")[1].split("[", maxsplit=1)[0]:
+        return f"GPU is both exposed and hidden (also at {first}); choose one"
+    return f"GPU listed twice on this node (also at {first})"

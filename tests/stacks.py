@@ -1,0 +1,240 @@
+"""Stack configs for tests: a valid baseline and the one-key changes that must be rejected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+EXPOSED = "GPU-5f3c1a2b-7d4e-4c1f-9a0b-1c2d3e4f5a6b"
+HIDDEN = [
+    "GPU-8a21c3d4-1e2f-4a3b-8c4d-5e6f7a8b9c0d",
+    "GPU-0b1c2d3e-4f5a-4b6c-9d7e-8f9a0b1c2d3e",
+]
+FULLY_HIDDEN = [
+    "GPU-c0ffee00-1111-4222-8333-444455556666",
+    "GPU-deadbeef-7777-4888-9999-aaaabbbbcccc",
+]
+
+
+def valid_config() -> dict[str, Any]:
+    """Two nodes, one exposing a GPU and one with every GPU hidden, plus a quota."""
+    return {
+        "kubernetes:context": "admin@test",
+        "hidden-gpu:nodes": [
+            {"name": "gpu-node-01", "exposedGpus": [EXPOSED], "hiddenGpus": list(HIDDEN)},
+            {"name": "gpu-node-02", "exposedGpus": [], "hiddenGpus": list(FULLY_HIDDEN)},
+        ],
+        "hidden-gpu:quotas": {"ml-team": 1},
+        "hidden-gpu:devicePlugin": {"image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"},
+    }
+
+
+def changed(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    config = valid_config()
+    change(config)
+    return config
+
+
+def node(config: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    nodes: list[dict[str, Any]] = config["hidden-gpu:nodes"]
+    return nodes[index]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A config that must be refused, and what the one-line message must name."""
+
+    id: str
+    config: dict[str, Any]
+    key: str
+    value: str | None
+    reason: str
+
+
+REJECTIONS = [
+    Rejection(
+        "gpu-index-number",
+        changed(lambda c: node(c).__setitem__("exposedGpus", [0])),
+        "hidden-gpu:nodes[0].exposedGpus[0]",
+        "0",
+        "indices can change across reboots",
+    ),
+    Rejection(
+        "gpu-index-string",
+        changed(lambda c: node(c).__setitem__("hiddenGpus", ["3"])),
+        "hidden-gpu:nodes[0].hiddenGpus[0]",
+        '"3"',
+        "GPU index, not a UUID",
+    ),
+    Rejection(
+        "malformed-uuid",
+        changed(lambda c: node(c).__setitem__("exposedGpus", ["GPU-5f3c1a2b"])),
+        "hidden-gpu:nodes[0].exposedGpus[0]",
+        '"GPU-5f3c1a2b"',
+        "not a GPU UUID",
+    ),
+    Rejection(
+        "uppercase-uuid",
+        changed(lambda c: node(c).__setitem__("exposedGpus", [EXPOSED.upper()])),
+        "hidden-gpu:nodes[0].exposedGpus[0]",
+        EXPOSED.upper(),
+        "lowercase hex",
+    ),
+    Rejection(
+        "all-instead-of-uuids",
+        changed(lambda c: node(c).__setitem__("exposedGpus", ["all"])),
+        "hidden-gpu:nodes[0].exposedGpus[0]",
+        '"all"',
+        "not a GPU",
+    ),
+    Rejection(
+        "uuid-twice-on-one-node",
+        changed(lambda c: node(c).__setitem__("exposedGpus", [EXPOSED, EXPOSED])),
+        "hidden-gpu:nodes[0].exposedGpus[1]",
+        EXPOSED,
+        "listed twice on this node",
+    ),
+    Rejection(
+        "uuid-on-two-nodes",
+        changed(lambda c: node(c, 1).__setitem__("hiddenGpus", [EXPOSED])),
+        "hidden-gpu:nodes[1].hiddenGpus[0]",
+        EXPOSED,
+        "also listed on another node (nodes[0].exposedGpus[0])",
+    ),
+    Rejection(
+        "uuid-exposed-and-hidden",
+        changed(lambda c: node(c).__setitem__("hiddenGpus", [EXPOSED])),
+        "hidden-gpu:nodes[0].hiddenGpus[0]",
+        EXPOSED,
+        "both exposed and hidden",
+    ),
+    Rejection(
+        "unknown-top-level-key",
+        changed(lambda c: c.__setitem__("hidden-gpu:quota", {"ml-team": 1})),
+        "hidden-gpu:quota",
+        None,
+        "unknown key; did you mean 'quotas'?",
+    ),
+    Rejection(
+        "misspelt-node-key",
+        changed(lambda c: node(c).__setitem__("hidenGpus", list(HIDDEN))),
+        "hidden-gpu:nodes[0].hidenGpus",
+        None,
+        "unknown key; did you mean 'hiddenGpus'?",
+    ),
+    Rejection(
+        "misspelt-plugin-key",
+        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("namespce", "gpu")),
+        "hidden-gpu:devicePlugin.namespce",
+        '"gpu"',
+        "unknown key; did you mean 'namespace'?",
+    ),
+    Rejection(
+        "no-nodes",
+        changed(lambda c: c.pop("hidden-gpu:nodes")),
+        "hidden-gpu:nodes",
+        None,
+        "required key is missing",
+    ),
+    Rejection(
+        "nodes-not-a-list",
+        changed(lambda c: c.__setitem__("hidden-gpu:nodes", {"name": "gpu-node-01"})),
+        "hidden-gpu:nodes",
+        None,
+        "must be a list",
+    ),
+    Rejection(
+        "nodes-empty",
+        changed(lambda c: c.__setitem__("hidden-gpu:nodes", [])),
+        "hidden-gpu:nodes",
+        "[]",
+        "must not be empty",
+    ),
+    Rejection(
+        "node-without-name",
+        changed(lambda c: node(c).pop("name")),
+        "hidden-gpu:nodes[0].name",
+        None,
+        "required key is missing",
+    ),
+    Rejection(
+        "node-without-exposed-gpus",
+        changed(lambda c: node(c).pop("exposedGpus")),
+        "hidden-gpu:nodes[0].exposedGpus",
+        None,
+        "required key is missing",
+    ),
+    Rejection(
+        "node-name-not-dns1123",
+        changed(lambda c: node(c).__setitem__("name", "GPU_Node_01")),
+        "hidden-gpu:nodes[0].name",
+        '"GPU_Node_01"',
+        "not a valid node name",
+    ),
+    Rejection(
+        "node-listed-twice",
+        changed(lambda c: node(c, 1).__setitem__("name", "gpu-node-01")),
+        "hidden-gpu:nodes[1].name",
+        '"gpu-node-01"',
+        "node listed twice",
+    ),
+    Rejection(
+        "negative-quota",
+        changed(lambda c: c.__setitem__("hidden-gpu:quotas", {"ml-team": -1})),
+        "hidden-gpu:quotas.ml-team",
+        "-1",
+        "must be 0 or more",
+    ),
+    Rejection(
+        "fractional-quota",
+        changed(lambda c: c.__setitem__("hidden-gpu:quotas", {"ml-team": 1.5})),
+        "hidden-gpu:quotas.ml-team",
+        "1.5",
+        "must be a whole number",
+    ),
+    Rejection(
+        "quota-as-text",
+        changed(lambda c: c.__setitem__("hidden-gpu:quotas", {"ml-team": "two"})),
+        "hidden-gpu:quotas.ml-team",
+        '"two"',
+        "must be a whole number",
+    ),
+    Rejection(
+        "quota-namespace-invalid",
+        changed(lambda c: c.__setitem__("hidden-gpu:quotas", {"ML_Team": 1})),
+        "hidden-gpu:quotas.ML_Team (the key)",
+        '"ML_Team"',
+        "not a valid namespace name",
+    ),
+    Rejection(
+        "plugin-namespace-invalid",
+        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("namespace", "-gpu")),
+        "hidden-gpu:devicePlugin.namespace",
+        '"-gpu"',
+        "not a valid namespace name",
+    ),
+    Rejection(
+        "image-without-tag",
+        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", "nvcr.io/nvidia/k8s-device-plugin")),
+        "hidden-gpu:devicePlugin.image",
+        '"nvcr.io/nvidia/k8s-device-plugin"',
+        "no tag or digest",
+    ),
+    Rejection(
+        "image-latest",
+        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", "nvcr.io/nvidia/k8s-device-plugin:latest")),
+        "hidden-gpu:devicePlugin.image",
+        '"nvcr.io/nvidia/k8s-device-plugin:latest"',
+        "':latest' is not a pinned version",
+    ),
+    Rejection(
+        "image-bad-digest",
+        changed(
+            lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", "nvcr.io/nvidia/k8s-device-plugin@sha256:1")
+        ),
+        "hidden-gpu:devicePlugin.image",
+        None,
+        "malformed digest",
+    ),
+]
