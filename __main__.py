@@ -1,0 +1,40 @@
+"""hidden-gpu: Kubernetes schedules only the GPUs a stack exposes; the others stay hidden."""
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import GpuQuotas, HiddenGpuNode, plugin_namespace
+from stack_config import InvalidConfigError, parse_project_config
+
+try:
+    stack = parse_project_config(pulumi.runtime.get_config_env() | pulumi.runtime.config.CONFIG.get())
+except InvalidConfigError as error:
+    raise pulumi.RunError(f"invalid stack config: {error}") from None
+
+# An explicit provider does not read the stack's `kubernetes:` keys by itself.
+cluster = pulumi.Config("kubernetes")
+provider = k8s.Provider(
+    "kubernetes",
+    context=cluster.get("context"),
+    kubeconfig=cluster.get("kubeconfig"),
+    cluster=cluster.get("cluster"),
+)
+with_provider = pulumi.ResourceOptions(provider=provider)
+
+namespace = plugin_namespace(stack.device_plugin, with_provider)
+nodes = [HiddenGpuNode(node, stack.device_plugin, namespace, with_provider) for node in stack.nodes]
+GpuQuotas("gpu-quotas", stack.quotas, with_provider)
+
+pulumi.export(
+    "nodes",
+    {
+        node.name: {
+            "exposedUuids": component.exposed_uuids,
+            "exposedCount": component.exposed_count,
+            "hiddenCount": component.hidden_count,
+            "devicePlugin": component.device_plugin_name,
+            "runtimeClass": component.runtime_class_name,
+        }
+        for node, component in zip(stack.nodes, nodes, strict=True)
+    },
+)

@@ -1,0 +1,172 @@
+"""HiddenGpuNode: one shared GPU node on which Kubernetes sees only the exposed GPUs."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from stack_config import DevicePluginConfig, NodeConfig
+
+DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+# The GPU Operator installs the nvidia runtime under this containerd handler name.
+NVIDIA_RUNTIME_HANDLER = "nvidia"
+
+# The plugin is a small gRPC server: requests keep it placeable on a busy node, limits bound a leak.
+PLUGIN_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
+    requests={"cpu": "50m", "memory": "64Mi"},
+    limits={"cpu": "500m", "memory": "256Mi"},
+)
+
+
+def device_plugin_name(node_name: str) -> str:
+    return f"nvidia-device-plugin-{node_name}"
+
+
+def runtime_class_name(node_name: str) -> str:
+    # The prefix keeps it clear of `nvidia`, `nvidia-cdi` and `nvidia-legacy`, which the GPU
+    # Operator creates and owns.
+    return f"hidden-gpu-{node_name}"
+
+
+class HiddenGpuNode(pulumi.ComponentResource):
+    """Stops the GPU Operator's all-GPU device plugin on one node and runs a plugin pinned to
+    the exposed GPUs instead. A node with no exposed GPU gets only the label patch."""
+
+    exposed_uuids: pulumi.Output[list[str]]
+    exposed_count: pulumi.Output[int]
+    hidden_count: pulumi.Output[int]
+    device_plugin_name: pulumi.Output[str | None]
+    runtime_class_name: pulumi.Output[str | None]
+
+    def __init__(
+        self,
+        node: NodeConfig,
+        plugin: DevicePluginConfig,
+        plugin_namespace: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("hidden-gpu:index:HiddenGpuNode", node.name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.label_patch = k8s.core.v1.NodePatch(
+            f"{node.name}-operator-labels",
+            metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+                name=node.name,
+                labels={DEVICE_PLUGIN_LABEL: "false"},
+                # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
+                # force, server-side apply would refuse to take that field over.
+                annotations={"pulumi.com/patchForce": "true"},
+            ),
+            opts=child,
+        )
+
+        self.runtime_class: k8s.node.v1.RuntimeClass | None = None
+        self.device_plugin: k8s.apps.v1.DaemonSet | None = None
+        if node.exposed_gpus:
+            self.runtime_class = self._runtime_class(node, child)
+            self.device_plugin = self._device_plugin(
+                node,
+                plugin,
+                plugin_namespace,
+                self.runtime_class.metadata.name,
+                # The operator's plugin must be gone before ours registers the same kubelet
+                # socket; on destroy Pulumi deletes ours first, then restores the label.
+                pulumi.ResourceOptions(parent=self, depends_on=[self.label_patch]),
+            )
+
+        self.exposed_uuids = pulumi.Output.from_input(list(node.exposed_gpus))
+        self.exposed_count = pulumi.Output.from_input(len(node.exposed_gpus))
+        self.hidden_count = pulumi.Output.from_input(len(node.hidden_gpus))
+        self.device_plugin_name = (
+            self.device_plugin.metadata.name if self.device_plugin else pulumi.Output.from_input(None)
+        )
+        self.runtime_class_name = (
+            self.runtime_class.metadata.name if self.runtime_class else pulumi.Output.from_input(None)
+        )
+        self.register_outputs(
+            {
+                "exposedUuids": self.exposed_uuids,
+                "exposedCount": self.exposed_count,
+                "hiddenCount": self.hidden_count,
+                "devicePluginName": self.device_plugin_name,
+                "runtimeClassName": self.runtime_class_name,
+            }
+        )
+
+    @staticmethod
+    def _runtime_class(node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
+        return k8s.node.v1.RuntimeClass(
+            f"{node.name}-runtime-class",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=_labels(node.name)),
+            handler=NVIDIA_RUNTIME_HANDLER,
+            # Pods that pick this class land on this node: the nvidia runtime is only offered
+            # where a pinned plugin decides which GPUs a pod gets.
+            scheduling=k8s.node.v1.SchedulingArgs(node_selector={HOSTNAME_LABEL: node.name}),
+            opts=opts,
+        )
+
+    @staticmethod
+    def _device_plugin(
+        node: NodeConfig,
+        plugin: DevicePluginConfig,
+        namespace: pulumi.Input[str],
+        runtime_class: pulumi.Input[str],
+        opts: pulumi.ResourceOptions,
+    ) -> k8s.apps.v1.DaemonSet:
+        labels = _labels(node.name)
+        container = k8s.core.v1.ContainerArgs(
+            name="nvidia-device-plugin",
+            image=plugin.image,
+            env=[
+                # Also overrides the image's own `ENV NVIDIA_VISIBLE_DEVICES=all`.
+                k8s.core.v1.EnvVarArgs(name="NVIDIA_VISIBLE_DEVICES", value=",".join(node.exposed_gpus)),
+                k8s.core.v1.EnvVarArgs(name="DEVICE_ID_STRATEGY", value="uuid"),
+                k8s.core.v1.EnvVarArgs(name="FAIL_ON_INIT_ERROR", value="true"),
+            ],
+            # Privileged, or SYS_ADMIN, would let the container see every GPU on the host
+            # whatever NVIDIA_VISIBLE_DEVICES says.
+            security_context=k8s.core.v1.SecurityContextArgs(
+                privileged=False,
+                allow_privilege_escalation=False,
+                capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
+            ),
+            resources=PLUGIN_RESOURCES,
+            volume_mounts=[k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS)],
+        )
+        pod_spec = k8s.core.v1.PodSpecArgs(
+            node_selector={HOSTNAME_LABEL: node.name},
+            runtime_class_name=runtime_class,
+            priority_class_name="system-node-critical",
+            # The plugin talks to the kubelet over its socket, never to the API server.
+            automount_service_account_token=False,
+            tolerations=[k8s.core.v1.TolerationArgs(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+            containers=[container],
+            volumes=[
+                k8s.core.v1.VolumeArgs(
+                    name="device-plugin",
+                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=KUBELET_DEVICE_PLUGINS, type="Directory"),
+                )
+            ],
+        )
+        return k8s.apps.v1.DaemonSet(
+            f"{node.name}-device-plugin",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=device_plugin_name(node.name), namespace=namespace, labels=labels),
+            spec=k8s.apps.v1.DaemonSetSpecArgs(
+                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),
+                template=k8s.core.v1.PodTemplateSpecArgs(
+                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels), spec=pod_spec
+                ),
+            ),
+            opts=opts,
+        )
+
+
+def _labels(node_name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "nvidia-device-plugin",
+        "app.kubernetes.io/instance": node_name,
+        "app.kubernetes.io/part-of": "hidden-gpu",
+    }

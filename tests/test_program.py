@@ -1,0 +1,161 @@
+"""The Pulumi program under Pulumi's mocks: what HiddenGpuNode and friends declare."""
+
+from __future__ import annotations
+
+import json
+
+from components.hidden_gpu_node import DEVICE_PLUGIN_LABEL
+from tests.conftest import env_of, only
+from tests.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, node
+from tools.program import ProgramRun, run_program
+
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
+QUOTA = "kubernetes:core/v1:ResourceQuota"
+NAMESPACE = "kubernetes:core/v1:Namespace"
+OPERATOR_OWNED_RUNTIME_CLASSES = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
+
+
+def component(run: ProgramRun, node_name: str) -> str:
+    return only([r for r in run.of_type("hidden-gpu:index:HiddenGpuNode") if r.name == node_name]).urn
+
+
+def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
+    patches = {r.inputs["metadata"]["name"]: r for r in run.of_type(NODE_PATCH)}
+    assert set(patches) == {"gpu-node-01", "gpu-node-02"}
+    for name, patch in patches.items():
+        assert patch.inputs["metadata"]["labels"] == {DEVICE_PLUGIN_LABEL: "false"}
+        assert patch.inputs["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
+        assert patch.parent == component(run, name)
+
+
+def test_plugin_is_pinned_to_the_exposed_gpus_on_its_node_only(run: ProgramRun) -> None:
+    daemonset = only(run.of_type(DAEMONSET))
+    pod = daemonset.inputs["spec"]["template"]["spec"]
+    container = only_container(pod)
+    env = env_of(container)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == EXPOSED
+    assert env["DEVICE_ID_STRATEGY"] == "uuid"
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-01"}
+    assert daemonset.inputs["metadata"]["namespace"] == "hidden-gpu-system"
+    assert daemonset.parent == component(run, "gpu-node-01")
+
+
+def only_container(pod: dict[str, object]) -> dict[str, object]:
+    containers = pod["containers"]
+    assert isinstance(containers, list) and len(containers) == 1
+    container = containers[0]
+    assert isinstance(container, dict)
+    return container
+
+
+def test_plugin_is_unprivileged(run: ProgramRun) -> None:
+    pod = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]["spec"]
+    security = only_container(pod)["securityContext"]
+    assert security == {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert "hostPID" not in pod and "hostNetwork" not in pod
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_plugin_has_what_a_device_plugin_pod_needs(run: ProgramRun) -> None:
+    pod = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]["spec"]
+    container = only_container(pod)
+    assert pod["volumes"] == [
+        {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}}
+    ]
+    assert container["volumeMounts"] == [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}]
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["priorityClassName"] == "system-node-critical"
+    resources = container["resources"]
+    assert isinstance(resources, dict) and set(resources) == {"requests", "limits"}
+    assert pod["runtimeClassName"] == "hidden-gpu-gpu-node-01"
+    assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+
+
+def test_runtime_class_is_pinned_to_the_node_and_not_the_operators(run: ProgramRun) -> None:
+    runtime_class = only(run.of_type(RUNTIME_CLASS))
+    assert runtime_class.inputs["handler"] == "nvidia"
+    assert runtime_class.inputs["scheduling"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-01"}
+    assert runtime_class.inputs["metadata"]["name"] not in OPERATOR_OWNED_RUNTIME_CLASSES
+    assert runtime_class.parent == component(run, "gpu-node-01")
+
+
+def test_plugin_waits_for_the_label_patch(run: ProgramRun) -> None:
+    """Created after the patch; Pulumi deletes dependents first, so on destroy it goes first."""
+    daemonset = only(run.of_type(DAEMONSET))
+    patch = only([r for r in run.of_type(NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01"])
+    assert patch.urn in daemonset.dependencies
+
+
+def test_fully_hidden_node_gets_only_the_label_patch(run: ProgramRun) -> None:
+    owned = [r for r in run.kubernetes_objects if r.parent == component(run, "gpu-node-02")]
+    assert [r.type for r in owned] == [NODE_PATCH]
+
+
+def test_no_hidden_uuid_appears_in_any_object(run: ProgramRun) -> None:
+    everything = json.dumps([r.inputs for r in run.kubernetes_objects])
+    assert EXPOSED in everything  # the search itself works
+    for uuid in HIDDEN + FULLY_HIDDEN:
+        assert uuid not in everything
+
+
+def test_one_quota_per_namespace(run: ProgramRun) -> None:
+    quota = only(run.of_type(QUOTA))
+    assert quota.inputs["metadata"]["namespace"] == "ml-team"
+    assert quota.inputs["spec"]["hard"] == {"requests.nvidia.com/gpu": "1"}
+    assert only(run.of_type("hidden-gpu:index:GpuQuotas")).urn == quota.parent
+
+
+def test_plugin_namespace_is_created_for_privileged_pod_security(run: ProgramRun) -> None:
+    namespace = only(run.of_type(NAMESPACE))
+    assert namespace.inputs["metadata"]["name"] == "hidden-gpu-system"
+    assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert namespace.urn in only(run.of_type(DAEMONSET)).dependencies
+
+
+def test_existing_namespace_is_reused() -> None:
+    config = changed(
+        lambda c: c["hidden-gpu:devicePlugin"].update({"namespace": "gpu-system", "createNamespace": False})
+    )
+    run = run_program(config, "test")
+    assert run.of_type(NAMESPACE) == []
+    assert only(run.of_type(DAEMONSET)).inputs["metadata"]["namespace"] == "gpu-system"
+
+
+def test_every_object_goes_through_the_one_configured_provider(run: ProgramRun) -> None:
+    provider = only(run.of_type("pulumi:providers:kubernetes"))
+    assert provider.inputs["context"] == "admin@test"
+    for resource in run.kubernetes_objects:
+        assert resource.provider.startswith(provider.urn + "::"), resource.name
+
+
+def test_components_use_the_project_type_tokens(run: ProgramRun) -> None:
+    components = {r.type for r in run.resources if not r.is_kubernetes_object and not r.type.startswith("pulumi:")}
+    assert components == {"hidden-gpu:index:HiddenGpuNode", "hidden-gpu:index:GpuQuotas"}
+
+
+def test_outputs_per_node(run: ProgramRun) -> None:
+    assert run.outputs["nodes"] == {
+        "gpu-node-01": {
+            "exposedUuids": [EXPOSED],
+            "exposedCount": 1,
+            "hiddenCount": 2,
+            "devicePlugin": "nvidia-device-plugin-gpu-node-01",
+            "runtimeClass": "hidden-gpu-gpu-node-01",
+        },
+        "gpu-node-02": {
+            "exposedUuids": [],
+            "exposedCount": 0,
+            "hiddenCount": 2,
+            "devicePlugin": None,
+            "runtimeClass": None,
+        },
+    }
+
+
+def test_two_exposed_gpus_are_comma_separated() -> None:
+    second = HIDDEN[0]
+    config = changed(lambda c: node(c).update({"exposedGpus": [EXPOSED, second], "hiddenGpus": HIDDEN[1:]}))
+    pod = only(run_program(config, "test").of_type(DAEMONSET)).inputs["spec"]["template"]["spec"]
+    assert env_of(only_container(pod))["NVIDIA_VISIBLE_DEVICES"] == f"{EXPOSED},{second}"

@@ -1,0 +1,1 @@
+"""Command-line tools: the offline render (needs Pulumi) and the GPU-host tools (do not)."""
