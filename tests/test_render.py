@@ -1,0 +1,149 @@
+"""The offline render, the project's main job: python -m tools.render."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.stacks import REJECTIONS, Rejection, valid_config
+from tools import render
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_stack(tmp_path: Path, config: dict[str, Any]) -> Path:
+    path = tmp_path / "Pulumi.case.yaml"
+    path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
+    return path
+
+
+def test_prod_render_end_to_end(tmp_path: Path) -> None:
+    """The issue's acceptance: labels on both nodes, one plugin, no hidden UUID, quotas."""
+    out = tmp_path / "prod"
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.render", "--stack", "prod", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    stack = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())["config"]
+    nodes = stack["hidden-gpu:nodes"]
+    objects = {p.name: yaml.safe_load(p.read_text()) for p in out.iterdir()}
+    patched = {o["metadata"]["name"] for o in objects.values() if o["kind"] == "Node"}
+    assert patched == {n["name"] for n in nodes}
+    daemonsets = [o for o in objects.values() if o["kind"] == "DaemonSet"]
+    assert len(daemonsets) == 1
+    env = {e["name"]: e["value"] for e in daemonsets[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    exposing = next(n for n in nodes if n["exposedGpus"])
+    assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == exposing["exposedGpus"]
+    rendered_text = "".join(p.read_text() for p in out.iterdir())
+    for hidden in (uuid for n in nodes for uuid in n.get("hiddenGpus", [])):
+        assert hidden not in rendered_text
+    quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in objects.values() if o["kind"] == "ResourceQuota"}
+    assert quotas == {ns: {"requests.nvidia.com/gpu": str(n)} for ns, n in stack["hidden-gpu:quotas"].items()}
+    assert "gpu-node-01  2        6       3" in result.stdout
+    assert "gpu-node-02  0        8       1" in result.stdout
+
+
+def test_render_is_byte_identical_across_runs(tmp_path: Path) -> None:
+    stack_file = write_stack(tmp_path, valid_config())
+    for out in ("a", "b"):
+        assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / out)]) == 0
+    first = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    second = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    assert first == second and len(first) == 6
+
+
+def test_rerender_replaces_stale_objects(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "daemonset.old.yaml").write_text("stale")
+    assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(out)]) == 0
+    assert not (out / "daemonset.old.yaml").exists()
+
+
+def test_refuses_to_replace_a_directory_that_is_not_a_render(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "notes.txt").write_text("keep me")
+    assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(tmp_path)]) == 2
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+    assert "is not a render directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case", REJECTIONS, ids=lambda case: case.id)
+def test_invalid_config_exits_2_and_writes_nothing(
+    case: Rejection, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert render.main(["--stack-file", str(write_stack(tmp_path, case.config)), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {case.key}"), err
+    assert case.reason in err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["Pulumi.case.yaml"]
+
+
+def test_invalid_config_through_the_real_command(tmp_path: Path) -> None:
+    """No traceback reaches the user: one line on stderr, exit status 2."""
+    case = REJECTIONS[0]
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tools.render",
+            "--stack-file",
+            str(write_stack(tmp_path, case.config)),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: {case.key} = 0: a GPU index, not a UUID")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stack", "staging"], "--stack staging: no stack file Pulumi.staging.yaml in stacks/ (stacks: dev, prod)"),
+        (["--stack-file", "/nonexistent/Pulumi.x.yaml"], "cannot read stack file"),
+    ],
+)
+def test_unknown_stack_exits_2(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert render.main([*args, "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_stack_file_that_is_not_yaml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text("config: [unclosed\n")
+    assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "not valid YAML at line" in capsys.readouterr().err
+
+
+def test_summary_lists_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"stack case: 6 objects written to {tmp_path / 'o'}"
+    assert out[1].split() == ["node", "exposed", "hidden", "objects"]
+    assert out[2].split() == ["gpu-node-01", "1", "2", "3"]
+    assert out[3].split() == ["gpu-node-02", "0", "2", "1"]
+    assert json.dumps(out[-1]).count("ml-team=1") == 1
