@@ -5,6 +5,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from stack_config.names import PART_OF, PART_OF_LABEL
+
 QUOTA_NAME = "hidden-gpu-quota"
 # Extended resources only take the `requests.` prefix in a ResourceQuota.
 GPU_QUOTA_KEY = "requests.nvidia.com/gpu"
@@ -19,7 +21,7 @@ class GpuQuotas(pulumi.ComponentResource):
             namespace: k8s.core.v1.ResourceQuota(
                 f"{namespace}-gpu-quota",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=QUOTA_NAME, namespace=namespace, labels={"app.kubernetes.io/part-of": "hidden-gpu"}
+                    name=QUOTA_NAME, namespace=namespace, labels={PART_OF_LABEL: PART_OF}
                 ),
                 spec=k8s.core.v1.ResourceQuotaSpecArgs(hard={GPU_QUOTA_KEY: str(limit)}),
                 opts=pulumi.ResourceOptions(parent=self),

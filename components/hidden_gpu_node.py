@@ -6,9 +6,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from stack_config import DevicePluginConfig, NodeConfig
+from stack_config.names import (
+    DEVICE_PLUGIN_LABEL,
+    HOSTNAME_LABEL,
+    device_plugin_name,
+    plugin_labels,
+    runtime_class_name,
+)
 
-DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 # The GPU Operator installs the nvidia runtime under this containerd handler name.
 NVIDIA_RUNTIME_HANDLER = "nvidia"
@@ -18,16 +23,6 @@ PLUGIN_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
     requests={"cpu": "50m", "memory": "64Mi"},
     limits={"cpu": "500m", "memory": "256Mi"},
 )
-
-
-def device_plugin_name(node_name: str) -> str:
-    return f"nvidia-device-plugin-{node_name}"
-
-
-def runtime_class_name(node_name: str) -> str:
-    # The prefix keeps it clear of `nvidia`, `nvidia-cdi` and `nvidia-legacy`, which the GPU
-    # Operator creates and owns.
-    return f"hidden-gpu-{node_name}"
 
 
 class HiddenGpuNode(pulumi.ComponentResource):
@@ -99,7 +94,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
     def _runtime_class(node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
         return k8s.node.v1.RuntimeClass(
             f"{node.name}-runtime-class",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=_labels(node.name)),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=plugin_labels(node.name)),
             handler=NVIDIA_RUNTIME_HANDLER,
             # Pods that pick this class land on this node: the nvidia runtime is only offered
             # where a pinned plugin decides which GPUs a pod gets.
@@ -115,7 +110,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
         runtime_class: pulumi.Input[str],
         opts: pulumi.ResourceOptions,
     ) -> k8s.apps.v1.DaemonSet:
-        labels = _labels(node.name)
+        labels = plugin_labels(node.name)
         container = k8s.core.v1.ContainerArgs(
             name="nvidia-device-plugin",
             image=plugin.image,
@@ -162,11 +157,3 @@ class HiddenGpuNode(pulumi.ComponentResource):
             ),
             opts=opts,
         )
-
-
-def _labels(node_name: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "nvidia-device-plugin",
-        "app.kubernetes.io/instance": node_name,
-        "app.kubernetes.io/part-of": "hidden-gpu",
-    }

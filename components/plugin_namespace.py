@@ -6,6 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from stack_config import DevicePluginConfig
+from stack_config.names import PART_OF, PART_OF_LABEL
 
 
 def plugin_namespace(plugin: DevicePluginConfig, opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
@@ -21,7 +22,7 @@ def plugin_namespace(plugin: DevicePluginConfig, opts: pulumi.ResourceOptions) -
         metadata=k8s.meta.v1.ObjectMetaArgs(
             name=plugin.namespace,
             labels={
-                "app.kubernetes.io/part-of": "hidden-gpu",
+                PART_OF_LABEL: PART_OF,
                 "pod-security.kubernetes.io/enforce": "privileged",
             },
         ),

@@ -1,7 +1,7 @@
 """Stack configuration: the pydantic models and the readers that feed them."""
 
 from stack_config.errors import PROJECT, ConfigError, InvalidConfigError
-from stack_config.load import load_stack_file, parse_project_config, read_stack_file
+from stack_config.load import find_stack_file, load_stack_file, parse_project_config, read_stack_file
 from stack_config.models import DevicePluginConfig, NodeConfig, StackConfig
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "InvalidConfigError",
     "NodeConfig",
     "StackConfig",
+    "find_stack_file",
     "load_stack_file",
     "parse_project_config",
     "read_stack_file",

@@ -14,6 +14,7 @@ from stack_config.errors import PROJECT, ConfigError, InvalidConfigError, from_v
 from stack_config.models import StackConfig
 
 PREFIX = f"{PROJECT}:"
+STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 
 
 def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
@@ -58,3 +59,14 @@ def read_stack_file(path: Path) -> dict[str, Any]:
 
 def load_stack_file(path: Path) -> StackConfig:
     return parse_project_config(read_stack_file(path))
+
+
+def find_stack_file(stack_name: str) -> Path:
+    """stacks/Pulumi.<stack_name>.yaml, where `pulumi stack select` looks (stackConfigDir)."""
+    path = STACKS_DIR / f"Pulumi.{stack_name}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml")))
+        raise InvalidConfigError(
+            [ConfigError(f"--stack {stack_name}", reason=f"no stack file {path.name} in stacks/ (stacks: {known})")]
+        )
+    return path

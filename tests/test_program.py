@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from components.hidden_gpu_node import DEVICE_PLUGIN_LABEL
+from stack_config.names import DEVICE_PLUGIN_LABEL, OPERATOR_RUNTIME_CLASSES
 from tests.conftest import env_of, only
 from tests.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, node
 from tools.program import ProgramRun, run_program
@@ -14,7 +14,6 @@ DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
 QUOTA = "kubernetes:core/v1:ResourceQuota"
 NAMESPACE = "kubernetes:core/v1:Namespace"
-OPERATOR_OWNED_RUNTIME_CLASSES = {"nvidia", "nvidia-cdi", "nvidia-legacy"}
 
 
 def component(run: ProgramRun, node_name: str) -> str:
@@ -77,7 +76,7 @@ def test_runtime_class_is_pinned_to_the_node_and_not_the_operators(run: ProgramR
     runtime_class = only(run.of_type(RUNTIME_CLASS))
     assert runtime_class.inputs["handler"] == "nvidia"
     assert runtime_class.inputs["scheduling"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-01"}
-    assert runtime_class.inputs["metadata"]["name"] not in OPERATOR_OWNED_RUNTIME_CLASSES
+    assert runtime_class.inputs["metadata"]["name"] not in OPERATOR_RUNTIME_CLASSES
     assert runtime_class.parent == component(run, "gpu-node-01")
 
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import yaml
 
-from stack_config import InvalidConfigError, StackConfig, parse_project_config, read_stack_file
+from stack_config import InvalidConfigError, StackConfig, find_stack_file, parse_project_config, read_stack_file
 from tools.program import Declared, ProgramRun, run_program
 
-STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 NODE_COMPONENT = "hidden-gpu:index:HiddenGpuNode"
 
 
@@ -33,14 +32,6 @@ class Rendered:
     stack: StackConfig
     run: ProgramRun
     files: dict[str, dict[str, Any]]
-
-
-def stack_file_for(stack_name: str) -> Path:
-    path = STACKS_DIR / f"Pulumi.{stack_name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml")))
-        raise UsageError(f"--stack {stack_name}: no stack file {path.name} in stacks/ (stacks: {known})")
-    return path
 
 
 def stack_name_of(path: Path) -> str:
@@ -114,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="directory to write (replaced whole)")
     args = parser.parse_args(argv)
     try:
-        stack_file = args.stack_file or stack_file_for(args.stack)
+        stack_file = args.stack_file or find_stack_file(args.stack)
         rendered = render(stack_file)
         write(rendered, args.out)
     except (InvalidConfigError, UsageError) as error:

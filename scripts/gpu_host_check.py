@@ -1,0 +1,176 @@
+"""Prove the host tools on a real NVIDIA GPU host; prints what the README's host-tools section reports.
+
+    python3 scripts/gpu_host_check.py [--runs 15] [--json-out FILE]
+
+1. `tools.discover --json` against `nvidia-smi --query-gpu=...`, field by field.
+2. Wall time (median of --runs) of `discover --json`, `nvidia-smi -L`, and a bare `python3 -c`
+   that only initialises NVML and reads the same fields: discover should add at most 50 ms.
+3. `tools.audit` seeing a real CUDA process (PyTorch) on GPU 0, with GPU 0 hidden, then exposed,
+   then hidden with the process's cgroup shown as a pod's (a fixture /proc): a violation.
+Needs a GPU, nvidia-smi, nvidia-ml-py; PyTorch for the CUDA process; PyYAML and pydantic for audit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+BARE_NVML = (
+    "import pynvml as n\n"
+    "n.nvmlInit()\n"
+    "for i in range(n.nvmlDeviceGetCount()):\n"
+    "    h = n.nvmlDeviceGetHandleByIndex(i)\n"
+    "    n.nvmlDeviceGetUUID(h); n.nvmlDeviceGetName(h); n.nvmlDeviceGetPciInfo(h).busId\n"
+    "    n.nvmlDeviceGetMemoryInfo(h).total\n"
+    "n.nvmlShutdown()\n"
+)
+HOLD_GPU = (
+    "import torch, time\n"
+    "x = torch.ones(1 << 20, device='cuda:0')\n"
+    "torch.cuda.synchronize()\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(120)\n"
+)
+POD_UID = "0d3d1c8a-6b0e-4c3c-9a4c-1e2f3a4b5c6d"
+CONTAINER_ID = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+
+
+def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=check)
+
+
+def compare_with_nvidia_smi() -> dict[str, Any]:
+    ours = json.loads(sh(PY, "-m", "tools.discover", "--json").stdout)
+    query = "index,uuid,name,pci.bus_id,memory.total"
+    rows = sh("nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits").stdout.strip().splitlines()
+    mismatches = []
+    for gpu, row in zip(ours, rows, strict=True):
+        index, uuid, name, bus_id, memory_mib = (cell.strip() for cell in row.split(","))
+        pairs = {
+            "index": (gpu["index"], int(index)),
+            "uuid": (gpu["uuid"], uuid),
+            "name": (gpu["name"], name),
+            "pciBusId": (gpu["pciBusId"], bus_id),
+            "memoryTotal MiB": (gpu["memoryTotalBytes"] // 2**20, int(memory_mib)),
+        }
+        mismatches += [
+            f"GPU {index} {field}: ours {a!r}, nvidia-smi {b!r}" for field, (a, b) in pairs.items() if a != b
+        ]
+    listed = sh("nvidia-smi", "-L").stdout
+    mismatches += [f"{gpu['uuid']} not in nvidia-smi -L" for gpu in ours if gpu["uuid"] not in listed]
+    return {"gpus": ours, "nvidiaSmi": rows, "mismatches": mismatches}
+
+
+def median_ms(command: list[str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(command, cwd=ROOT, capture_output=True, check=True)
+        times.append((time.perf_counter() - start) * 1000)
+    return round(statistics.median(times), 1)
+
+
+def timings(runs: int) -> dict[str, float]:
+    result = {
+        "discover --json": median_ms([PY, "-m", "tools.discover", "--json"], runs),
+        "nvidia-smi -L": median_ms(["nvidia-smi", "-L"], runs),
+        "bare python3 NVML": median_ms([PY, "-c", BARE_NVML], runs),
+    }
+    result["discover minus bare"] = round(result["discover --json"] - result["bare python3 NVML"], 1)
+    return result
+
+
+def audit_real_process(workdir: Path) -> dict[str, Any]:
+    holder = subprocess.Popen([PY, "-c", HOLD_GPU], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        time.sleep(1)
+        smi_pids = sh("nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader").stdout
+        uuids = [g["uuid"] for g in json.loads(sh(PY, "-m", "tools.discover", "--json").stdout)]
+        results: dict[str, Any] = {"holderPid": holder.pid, "nvidiaSmiComputeApps": smi_pids.strip()}
+        node = "gpu-host-check"
+        for label, exposed_indices, proc_root in (
+            ("gpu0-hidden", "", "/proc"),
+            ("gpu0-exposed", "0", "/proc"),
+            ("gpu0-hidden-process-in-a-pod", "", str(fake_pod_proc(workdir, holder.pid))),
+        ):
+            entry = sh(PY, "-m", "tools.discover", "--expose", exposed_indices, "--node", node).stdout
+            stack = workdir / f"Pulumi.{label}.yaml"
+            indented = "\n".join("    " + line for line in entry.splitlines())
+            stack.write_text(f"config:\n  hidden-gpu:nodes:\n{indented}\n")
+            check = sh(PY, "-m", "tools.discover", "--check", str(stack), "--node", node, check=False)
+            audit = sh(
+                PY,
+                "-m",
+                "tools.audit",
+                "--stack-file",
+                str(stack),
+                "--node",
+                node,
+                "--proc-root",
+                proc_root,
+                "--json",
+                check=False,
+            )
+            report: dict[str, Any] = json.loads(audit.stdout) if audit.stdout else {"stderr": audit.stderr}
+            results[label] = {
+                "checkExit": check.returncode,
+                "auditExit": audit.returncode,
+                "gpu0": next((g for g in report.get("gpus", []) if g["uuid"] == uuids[0]), None),
+                "violations": report.get("violations"),
+                "warnings": report.get("warnings"),
+                "stderr": audit.stderr.strip(),
+            }
+        return results
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def fake_pod_proc(workdir: Path, pid: int) -> Path:
+    """A /proc where the real CUDA process's cgroup reads as a Kubernetes pod's (cgroup v2, systemd)."""
+    root = workdir / "proc"
+    (root / str(pid)).mkdir(parents=True, exist_ok=True)
+    pod = POD_UID.replace("-", "_")
+    (root / str(pid) / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{pod}.slice/cri-containerd-{CONTAINER_ID}.scope\n"
+    )
+    return root
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-host-check-"))
+    try:
+        report: dict[str, Any] = {
+            "python": sys.version.split()[0],
+            "nvidiaSmi": sh("nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader").stdout.strip(),
+            "comparison": compare_with_nvidia_smi(),
+            "timingsMs": timings(args.runs),
+            "audit": audit_real_process(workdir) if os.environ.get("SKIP_AUDIT") != "1" else None,
+        }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json_out:
+        args.json_out.write_text(text)
+    return 1 if report["comparison"]["mismatches"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

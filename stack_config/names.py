@@ -1,0 +1,25 @@
+"""Names the program gives Kubernetes objects and labels, shared with the tools that look for them."""
+
+from __future__ import annotations
+
+# The GPU Operator deploys its device plugin on a node unless this label is `false`.
+DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+PART_OF = "hidden-gpu"
+# RuntimeClasses the GPU Operator creates and owns: never create or take over these.
+OPERATOR_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
+
+
+def device_plugin_name(node_name: str) -> str:
+    return f"nvidia-device-plugin-{node_name}"
+
+
+def runtime_class_name(node_name: str) -> str:
+    # The prefix keeps it clear of the operator's names.
+    return f"hidden-gpu-{node_name}"
+
+
+def plugin_labels(node_name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "nvidia-device-plugin", INSTANCE_LABEL: node_name, PART_OF_LABEL: PART_OF}

@@ -1,0 +1,116 @@
+"""List this host's GPUs by UUID, write a node's stack entry, or check a stack against the host.
+
+    python -m tools.discover                 # table: index, UUID, name, PCI bus, memory, MIG
+    python -m tools.discover --json
+    python -m tools.discover --expose 0,3 [--node NAME]
+    python -m tools.discover --check stacks/Pulumi.prod.yaml [--node NAME]
+
+Runs on the GPU host with only nvidia-ml-py; --check also reads the stack file (PyYAML, pydantic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from tools.hostcli import UsageError, run, stack_node
+from tools.nvml import EXIT_FINDING, EXIT_OK, Gpu, list_gpus, load_nvml, session
+
+GIB = 1024**3
+
+
+def table(gpus: list[Gpu]) -> str:
+    rows = [("INDEX", "UUID", "NAME", "PCI BUS ID", "MEMORY", "MIG")]
+    for gpu in gpus:
+        mig = f"on, {len(gpu.mig_devices)} devices" if gpu.mig_enabled else "off"
+        rows.append(
+            (str(gpu.index), gpu.uuid, gpu.name, gpu.pci_bus_id, f"{gpu.memory_total_bytes / GIB:.1f} GiB", mig)
+        )
+        rows += [("", f"  {mig_device.uuid}", "", "", "", "") for mig_device in gpu.mig_devices]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def parse_indices(text: str, gpus: list[Gpu]) -> list[int]:
+    indices: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if not part.isdigit() or int(part) >= len(gpus):
+            raise UsageError(f"--expose {text}: '{part}' is not a GPU index on this host (0-{len(gpus) - 1})")
+        if int(part) in indices:
+            raise UsageError(f"--expose {text}: index {part} given twice")
+        indices.append(int(part))
+    return indices
+
+
+def stack_entry(node: str, gpus: list[Gpu], exposed_indices: list[int]) -> str:
+    """The node's entry for `hidden-gpu:nodes`, by UUID: the index only served to pick."""
+    exposed = [gpus[i].uuid for i in exposed_indices]
+    hidden = [gpu.uuid for gpu in gpus if gpu.index not in exposed_indices]
+    lines = [
+        f"# {node}: {len(exposed)} of {len(gpus)} GPUs exposed; paste under hidden-gpu:nodes",
+        f"- name: {node}",
+    ]
+    for key, uuids in (("exposedGpus", exposed), ("hiddenGpus", hidden)):
+        lines += [f"  {key}:"] + [f"    - {uuid}" for uuid in uuids] if uuids else [f"  {key}: []"]
+    return "\n".join(lines)
+
+
+def check(stack_file: Path, node_name: str, gpus: list[Gpu]) -> tuple[str, bool]:
+    """Does the stack name exactly this host's GPUs for this node? Returns (report, all_ok)."""
+    node = stack_node(stack_file, node_name)
+    listed = {uuid: "exposed" for uuid in node.exposed_gpus} | {uuid: "hidden" for uuid in node.hidden_gpus}
+    on_host = {gpu.uuid for gpu in gpus} | {mig.uuid for gpu in gpus for mig in gpu.mig_devices}
+    lines = [f"node {node_name} in {stack_file} against this host ({len(gpus)} GPUs):"]
+    problems = 0
+    for gpu in gpus:
+        role = listed.get(gpu.uuid)
+        slices = [mig.uuid for mig in gpu.mig_devices]
+        if role is None and slices and all(uuid in listed for uuid in slices):
+            role = "by its MIG devices"
+        if role is None:
+            problems += 1
+            lines.append(f"  UNLISTED  {gpu.uuid}  index {gpu.index}: on this host, neither exposed nor hidden")
+        else:
+            lines.append(f"  ok        {gpu.uuid}  index {gpu.index}: {role}")
+    for uuid, role in listed.items():
+        if uuid not in on_host:
+            problems += 1
+            lines.append(f"  MISSING   {uuid}: {role} in the stack, not on this host")
+    lines.append("result: every GPU accounted for" if problems == 0 else f"result: {problems} problem(s)")
+    return "\n".join(lines), problems == 0
+
+
+def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.discover", description=__doc__.splitlines()[0])
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--json", action="store_true", help="print the GPUs as JSON")
+    mode.add_argument("--expose", metavar="INDICES", help="comma-separated indices to expose, e.g. 0,3")
+    mode.add_argument("--check", metavar="STACKFILE", type=Path, help="check a stack file against this host")
+    parser.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
+    args = parser.parse_args(argv)
+
+    def command() -> int:
+        module = nvml if nvml is not None else load_nvml()
+        with session(module):
+            gpus = list_gpus(module)
+        if args.json:
+            print(json.dumps([gpu.as_json() for gpu in gpus], indent=2))
+        elif args.expose is not None:
+            print(stack_entry(args.node, gpus, parse_indices(args.expose, gpus)))
+        elif args.check is not None:
+            report, ok = check(args.check, args.node, gpus)
+            print(report)
+            return EXIT_OK if ok else EXIT_FINDING
+        else:
+            print(table(gpus))
+        return EXIT_OK
+
+    return run(command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""What the GPU-host tools share: reading one node from a stack file, and turning failures into
+one-line messages and exit statuses instead of tracebacks."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tools.nvml import EXIT_NO_GPU_ACCESS, EXIT_USAGE, NvmlUnavailableError
+
+if TYPE_CHECKING:
+    from stack_config import NodeConfig
+
+
+class UsageError(Exception):
+    """Bad arguments or an unusable stack file; exit status 2."""
+
+
+def stack_node(stack_file: Path, node_name: str) -> NodeConfig:
+    """The stack's entry for one node, validated exactly as `pulumi up` validates it."""
+    # Imported here: listing GPUs must stay light, only the stack-reading modes need pydantic.
+    from stack_config import InvalidConfigError, load_stack_file  # noqa: PLC0415
+
+    try:
+        stack = load_stack_file(stack_file)
+    except InvalidConfigError as error:
+        raise UsageError(str(error)) from None
+    node = next((n for n in stack.nodes if n.name == node_name), None)
+    if node is None:
+        names = ", ".join(n.name for n in stack.nodes)
+        raise UsageError(f"--node {node_name}: not in {stack_file} (nodes: {names})")
+    return node
+
+
+def run(command: Callable[[], int]) -> int:
+    try:
+        return command()
+    except NvmlUnavailableError as error:
+        return _fail(str(error), EXIT_NO_GPU_ACCESS)
+    except UsageError as error:
+        return _fail(str(error), EXIT_USAGE)
+
+
+def _fail(message: str, status: int) -> int:
+    for line in message.splitlines():
+        print(f"error: {line}", file=sys.stderr)
+    return status
