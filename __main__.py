@@ -3,8 +3,9 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import GpuQuotas, HiddenGpuNode, plugin_namespace
+from components import AccessGuard, GpuQuotas, HiddenGpuNode, cluster_policy_patch, plugin_namespace
 from stack_config import InvalidConfigError, parse_project_config
+from stack_config.names import runtime_class_name
 
 try:
     stack = parse_project_config(pulumi.runtime.get_config_env() | pulumi.runtime.config.CONFIG.get())
@@ -24,6 +25,15 @@ with_provider = pulumi.ResourceOptions(provider=provider)
 namespace = plugin_namespace(stack.device_plugin, with_provider)
 nodes = [HiddenGpuNode(node, stack.device_plugin, namespace, with_provider) for node in stack.nodes]
 GpuQuotas("gpu-quotas", stack.quotas, with_provider)
+AccessGuard(
+    "access-guard",
+    stack.guard.mode,
+    stack.exempt_namespaces,
+    [runtime_class_name(node.name) for node in stack.nodes if node.exposed_gpus],
+    with_provider,
+)
+if stack.cluster_policy.patch:
+    cluster_policy_patch(stack.cluster_policy.name, with_provider)
 
 pulumi.export(
     "nodes",

@@ -1,7 +1,9 @@
 """ComponentResources that turn a validated StackConfig into Kubernetes objects."""
 
+from components.access_guard import AccessGuard
+from components.cluster_policy import cluster_policy_patch
 from components.gpu_quotas import GpuQuotas
 from components.hidden_gpu_node import HiddenGpuNode
 from components.plugin_namespace import plugin_namespace
 
-__all__ = ["GpuQuotas", "HiddenGpuNode", "plugin_namespace"]
+__all__ = ["AccessGuard", "GpuQuotas", "HiddenGpuNode", "cluster_policy_patch", "plugin_namespace"]

@@ -15,6 +15,13 @@ from stack_config.names import (
 )
 
 KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+# The toolkit reads a container's device requests from mounts below this path.
+DEVICE_REQUEST_DIR = "/var/run/nvidia-container-devices"
+OPERAND_LABELS = {
+    "gpu_feature_discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "mig_manager": "nvidia.com/gpu.deploy.mig-manager",
+    "dcgm_exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
+}
 # The GPU Operator installs the nvidia runtime under this containerd handler name.
 NVIDIA_RUNTIME_HANDLER = "nvidia"
 
@@ -49,7 +56,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
             f"{node.name}-operator-labels",
             metadata=k8s.meta.v1.ObjectMetaPatchArgs(
                 name=node.name,
-                labels={DEVICE_PLUGIN_LABEL: "false"},
+                labels=operator_labels(node),
                 # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
                 # force, server-side apply would refuse to take that field over.
                 annotations={"pulumi.com/patchForce": "true"},
@@ -111,6 +118,10 @@ class HiddenGpuNode(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions,
     ) -> k8s.apps.v1.DaemonSet:
         labels = plugin_labels(node.name)
+        volume_mounts_mode = plugin.device_list_strategy == "volume-mounts"
+        # In volume-mounts mode the toolkit may ignore the env var for this unprivileged pod, so the
+        # pod asks for its own GPUs the way the plugin answers allocations: /dev/null mounts.
+        device_requests = node.exposed_gpus if volume_mounts_mode else []
         container = k8s.core.v1.ContainerArgs(
             name="nvidia-device-plugin",
             image=plugin.image,
@@ -118,6 +129,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 # Also overrides the image's own `ENV NVIDIA_VISIBLE_DEVICES=all`.
                 k8s.core.v1.EnvVarArgs(name="NVIDIA_VISIBLE_DEVICES", value=",".join(node.exposed_gpus)),
                 k8s.core.v1.EnvVarArgs(name="DEVICE_ID_STRATEGY", value="uuid"),
+                k8s.core.v1.EnvVarArgs(name="DEVICE_LIST_STRATEGY", value=plugin.device_list_strategy),
                 k8s.core.v1.EnvVarArgs(name="FAIL_ON_INIT_ERROR", value="true"),
             ],
             # Privileged, or SYS_ADMIN, would let the container see every GPU on the host
@@ -128,7 +140,15 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
             ),
             resources=PLUGIN_RESOURCES,
-            volume_mounts=[k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS)],
+            volume_mounts=[
+                k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS),
+                *(
+                    k8s.core.v1.VolumeMountArgs(
+                        name=uuid.lower(), mount_path=f"{DEVICE_REQUEST_DIR}/{uuid}", read_only=True
+                    )
+                    for uuid in device_requests
+                ),
+            ],
         )
         pod_spec = k8s.core.v1.PodSpecArgs(
             node_selector={HOSTNAME_LABEL: node.name},
@@ -142,7 +162,14 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 k8s.core.v1.VolumeArgs(
                     name="device-plugin",
                     host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=KUBELET_DEVICE_PLUGINS, type="Directory"),
-                )
+                ),
+                *(
+                    k8s.core.v1.VolumeArgs(
+                        name=uuid.lower(),
+                        host_path=k8s.core.v1.HostPathVolumeSourceArgs(path="/dev/null", type="CharDevice"),
+                    )
+                    for uuid in device_requests
+                ),
             ],
         )
         return k8s.apps.v1.DaemonSet(
@@ -157,3 +184,12 @@ class HiddenGpuNode(pulumi.ComponentResource):
             ),
             opts=opts,
         )
+
+
+def operator_labels(node: NodeConfig) -> dict[str, str]:
+    """The GPU Operator's per-node switches: its device plugin always off, other operands as configured."""
+    labels = {DEVICE_PLUGIN_LABEL: "false"}
+    for field, label in OPERAND_LABELS.items():
+        if not getattr(node.operands, field):
+            labels[label] = "false"
+    return labels

@@ -7,7 +7,7 @@ offline render and the host tools all accept and reject exactly the same stacks.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
 from pydantic.alias_generators import to_camel
@@ -24,6 +24,8 @@ IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 DEFAULT_PLUGIN_NAMESPACE = "hidden-gpu-system"
+DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "gpu-operator")
+DEFAULT_CLUSTER_POLICY = "cluster-policy"
 
 
 def _reject_index(value: object) -> object:
@@ -70,6 +72,12 @@ def _check_node_name(value: str) -> str:
     return value
 
 
+def _check_object_name(value: str) -> str:
+    if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
+        raise ValueError("not a valid Kubernetes object name (DNS-1123 subdomain)")
+    return value
+
+
 def _check_image(value: str) -> str:
     repository, _, digest = value.partition("@")
     last_segment = repository.rsplit("/", 1)[-1]
@@ -103,16 +111,47 @@ class _Model(BaseModel):
     )
 
 
+class OperandsConfig(_Model):
+    """Which other GPU Operator operands still run on the node (`nvidia.com/gpu.deploy.<operand>`).
+
+    GFD is off by default because its labels (gpu.count, gpu.product, gpu.memory) reveal the
+    hidden GPUs; mig-manager because it applies MIG profiles to every GPU, the other
+    organisation's too. dcgm-exporter stays: it only reads metrics.
+    """
+
+    gpu_feature_discovery: bool = False
+    mig_manager: bool = False
+    dcgm_exporter: bool = True
+
+
 class NodeConfig(_Model):
     name: NodeName
     exposed_gpus: list[GpuUuid]
     hidden_gpus: list[GpuUuid] = Field(default_factory=list)
+    operands: OperandsConfig = OperandsConfig()
 
 
 class DevicePluginConfig(_Model):
     image: ImageRef = DEFAULT_PLUGIN_IMAGE
     namespace: NamespaceName = DEFAULT_PLUGIN_NAMESPACE
     create_namespace: bool = True
+    # envvar: the recipe's. volume-mounts: the plugin hands out GPUs as /dev/null mounts, for a
+    # toolkit that ignores NVIDIA_VISIBLE_DEVICES from unprivileged pods.
+    device_list_strategy: Literal["envvar", "volume-mounts"] = "envvar"
+
+
+class GuardConfig(_Model):
+    """The admission policy that keeps pods away from hidden GPUs."""
+
+    mode: Literal["enforce", "warn", "audit"] = "enforce"
+    exempt_namespaces: list[NamespaceName] = Field(default_factory=lambda: list(DEFAULT_EXEMPT_NAMESPACES))
+
+
+class ClusterPolicyConfig(_Model):
+    """Opt-in patch of the GPU Operator's ClusterPolicy so the toolkit ignores the env var route."""
+
+    patch: bool = False
+    name: Annotated[str, AfterValidator(_check_object_name)] = DEFAULT_CLUSTER_POLICY
 
 
 class StackConfig(_Model):
@@ -121,6 +160,13 @@ class StackConfig(_Model):
     nodes: Annotated[list[NodeConfig], Field(min_length=1)]
     quotas: dict[NamespaceName, Annotated[StrictInt, Field(ge=0)]] = Field(default_factory=dict)
     device_plugin: DevicePluginConfig = DevicePluginConfig()
+    guard: GuardConfig = GuardConfig()
+    cluster_policy: ClusterPolicyConfig = ClusterPolicyConfig()
+
+    @property
+    def exempt_namespaces(self) -> list[str]:
+        """The guard's exemptions; the plugin's own namespace always, its pods mount host paths."""
+        return sorted({*self.guard.exempt_namespaces, self.device_plugin.namespace})
 
     def model_post_init(self, context: object, /) -> None:
         _check_cross_references(self)
@@ -128,6 +174,13 @@ class StackConfig(_Model):
 
 def _check_cross_references(stack: StackConfig) -> None:
     """Rules that span several fields; raised with the full key path of the offending value."""
+    if stack.cluster_policy.patch and stack.device_plugin.device_list_strategy != "volume-mounts":
+        raise ConfigError(
+            config_key("clusterPolicy.patch"),
+            True,
+            "needs devicePlugin.deviceListStrategy: volume-mounts: once the toolkit ignores "
+            "NVIDIA_VISIBLE_DEVICES, a plugin using env vars hands out GPUs no pod receives",
+        )
     first_node_index: dict[str, int] = {}
     first_gpu_place: dict[str, str] = {}
     for node_index, node in enumerate(stack.nodes):

@@ -229,6 +229,41 @@ REJECTIONS = [
         "':latest' is not a pinned version",
     ),
     Rejection(
+        "guard-mode-unknown",
+        changed(lambda c: c.__setitem__("hidden-gpu:guard", {"mode": "block"})),
+        "hidden-gpu:guard.mode",
+        '"block"',
+        "must be one of 'enforce', 'warn' or 'audit'",
+    ),
+    Rejection(
+        "guard-exempt-namespace-invalid",
+        changed(lambda c: c.__setitem__("hidden-gpu:guard", {"exemptNamespaces": ["Kube_System"]})),
+        "hidden-gpu:guard.exemptNamespaces[0]",
+        '"Kube_System"',
+        "not a valid namespace name",
+    ),
+    Rejection(
+        "device-list-strategy-unknown",
+        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("deviceListStrategy", "cdi-cri")),
+        "hidden-gpu:devicePlugin.deviceListStrategy",
+        '"cdi-cri"',
+        "must be one of 'envvar' or 'volume-mounts'",
+    ),
+    Rejection(
+        "cluster-policy-patch-with-envvar-plugins",
+        changed(lambda c: c.__setitem__("hidden-gpu:clusterPolicy", {"patch": True})),
+        "hidden-gpu:clusterPolicy.patch",
+        "true",
+        "needs devicePlugin.deviceListStrategy: volume-mounts",
+    ),
+    Rejection(
+        "operand-misspelt",
+        changed(lambda c: node(c).__setitem__("operands", {"gpuFeatureDiscovry": True})),
+        "hidden-gpu:nodes[0].operands.gpuFeatureDiscovry",
+        None,
+        "did you mean 'gpuFeatureDiscovery'?",
+    ),
+    Rejection(
         "image-bad-digest",
         changed(
             lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", "nvcr.io/nvidia/k8s-device-plugin@sha256:1")

@@ -14,6 +14,7 @@ DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
 QUOTA = "kubernetes:core/v1:ResourceQuota"
 NAMESPACE = "kubernetes:core/v1:Namespace"
+CLUSTER_POLICY = "kubernetes:nvidia.com/v1:ClusterPolicyPatch"
 
 
 def component(run: ProgramRun, node_name: str) -> str:
@@ -24,7 +25,11 @@ def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
     patches = {r.inputs["metadata"]["name"]: r for r in run.of_type(NODE_PATCH)}
     assert set(patches) == {"gpu-node-01", "gpu-node-02"}
     for name, patch in patches.items():
-        assert patch.inputs["metadata"]["labels"] == {DEVICE_PLUGIN_LABEL: "false"}
+        assert patch.inputs["metadata"]["labels"] == {
+            DEVICE_PLUGIN_LABEL: "false",
+            "nvidia.com/gpu.deploy.gpu-feature-discovery": "false",
+            "nvidia.com/gpu.deploy.mig-manager": "false",
+        }
         assert patch.inputs["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
         assert patch.parent == component(run, name)
 
@@ -131,7 +136,11 @@ def test_every_object_goes_through_the_one_configured_provider(run: ProgramRun) 
 
 def test_components_use_the_project_type_tokens(run: ProgramRun) -> None:
     components = {r.type for r in run.resources if not r.is_kubernetes_object and not r.type.startswith("pulumi:")}
-    assert components == {"hidden-gpu:index:HiddenGpuNode", "hidden-gpu:index:GpuQuotas"}
+    assert components == {
+        "hidden-gpu:index:HiddenGpuNode",
+        "hidden-gpu:index:GpuQuotas",
+        "hidden-gpu:index:AccessGuard",
+    }
 
 
 def test_outputs_per_node(run: ProgramRun) -> None:
@@ -158,3 +167,37 @@ def test_two_exposed_gpus_are_comma_separated() -> None:
     config = changed(lambda c: node(c).update({"exposedGpus": [EXPOSED, second], "hiddenGpus": HIDDEN[1:]}))
     pod = only(run_program(config, "test").of_type(DAEMONSET)).inputs["spec"]["template"]["spec"]
     assert env_of(only_container(pod))["NVIDIA_VISIBLE_DEVICES"] == f"{EXPOSED},{second}"
+
+
+def test_operand_switches_follow_the_config() -> None:
+    operands = {"gpuFeatureDiscovery": True, "dcgmExporter": False}
+    run = run_program(changed(lambda c: node(c).__setitem__("operands", operands)), "test")
+    patch = next(r for r in run.of_type(NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01")
+    assert patch.inputs["metadata"]["labels"] == {
+        DEVICE_PLUGIN_LABEL: "false",
+        "nvidia.com/gpu.deploy.mig-manager": "false",
+        "nvidia.com/gpu.deploy.dcgm-exporter": "false",
+    }
+
+
+def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
+    assert run.of_type(CLUSTER_POLICY) == []
+    config = changed(
+        lambda c: c.update(
+            {
+                "hidden-gpu:devicePlugin": {"deviceListStrategy": "volume-mounts"},
+                "hidden-gpu:clusterPolicy": {"patch": True},
+            }
+        )
+    )
+    patch = only(run_program(config, "test").of_type(CLUSTER_POLICY)).inputs
+    assert (patch["apiVersion"], patch["kind"], patch["metadata"]["name"]) == (
+        "nvidia.com/v1",
+        "ClusterPolicy",
+        "cluster-policy",
+    )
+    assert patch["spec"]["toolkit"]["env"] == [
+        {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED", "value": "false"},
+        {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"},
+    ]
+    assert patch["spec"]["devicePlugin"]["env"] == [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
