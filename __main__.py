@@ -3,7 +3,7 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import AccessGuard, GpuQuotas, HiddenGpuNode, cluster_policy_patch, plugin_namespace
+from components import AccessGuard, GpuQuotas, HiddenGpuNode, PluginNamespace, cluster_policy_patch
 from stack_config import InvalidConfigError, parse_project_config
 from stack_config.names import runtime_class_name
 
@@ -22,8 +22,8 @@ provider = k8s.Provider(
 )
 with_provider = pulumi.ResourceOptions(provider=provider)
 
-namespace = plugin_namespace(stack.device_plugin, with_provider)
-nodes = [HiddenGpuNode(node, stack.device_plugin, namespace, with_provider) for node in stack.nodes]
+namespace = PluginNamespace("device-plugin", stack.device_plugin, with_provider)
+nodes = [HiddenGpuNode(node, stack.device_plugin, namespace.name, with_provider) for node in stack.nodes]
 GpuQuotas("gpu-quotas", stack.quotas, with_provider)
 AccessGuard(
     "access-guard",

@@ -8,6 +8,8 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 PART_OF = "hidden-gpu"
+PLUGIN_NAME_LABEL = "app.kubernetes.io/name"
+PLUGIN_NAME = "nvidia-device-plugin"
 # RuntimeClasses the GPU Operator creates and owns: never create or take over these.
 OPERATOR_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 
@@ -22,4 +24,4 @@ def runtime_class_name(node_name: str) -> str:
 
 
 def plugin_labels(node_name: str) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "nvidia-device-plugin", INSTANCE_LABEL: node_name, PART_OF_LABEL: PART_OF}
+    return {PLUGIN_NAME_LABEL: PLUGIN_NAME, INSTANCE_LABEL: node_name, PART_OF_LABEL: PART_OF}

@@ -140,6 +140,7 @@ def test_components_use_the_project_type_tokens(run: ProgramRun) -> None:
         "hidden-gpu:index:HiddenGpuNode",
         "hidden-gpu:index:GpuQuotas",
         "hidden-gpu:index:AccessGuard",
+        "hidden-gpu:index:PluginNamespace",
     }
 
 
@@ -201,3 +202,23 @@ def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
         {"name": "ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS", "value": "true"},
     ]
     assert patch["spec"]["devicePlugin"]["env"] == [{"name": "DEVICE_LIST_STRATEGY", "value": "volume-mounts"}]
+
+
+def test_plugin_pods_get_no_network(run: ProgramRun) -> None:
+    policy = only(run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")).inputs
+    pod_labels = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert policy["metadata"]["namespace"] == "hidden-gpu-system"
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
+
+
+def test_scan_exceptions_carry_reasons_and_drop_the_digest_one_for_digests(run: ProgramRun) -> None:
+    skips = only(run.of_type(DAEMONSET)).inputs["metadata"]["annotations"]
+    assert all("=" in value and len(value.split("=", 1)[1]) > 20 for value in skips.values())
+    assert any(value.startswith("CKV_K8S_43=") for value in skips.values())
+    image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0@sha256:" + "a" * 64
+    pinned = run_program(changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", image)), "test")
+    skips = only(pinned.of_type(DAEMONSET)).inputs["metadata"]["annotations"]
+    assert not any(value.startswith("CKV_K8S_43=") for value in skips.values())
