@@ -4,13 +4,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import AccessGuard, GpuQuotas, HiddenGpuNode, PluginNamespace, cluster_policy_patch
-from stack_config import InvalidConfigError, parse_project_config
+from stack_config import InvalidConfigError, parse_project_config, quota_warnings
 from stack_config.names import runtime_class_name
 
 try:
     stack = parse_project_config(pulumi.runtime.get_config_env() | pulumi.runtime.config.CONFIG.get())
 except InvalidConfigError as error:
     raise pulumi.RunError(f"invalid stack config: {error}") from None
+
+for warning in quota_warnings(stack):
+    pulumi.log.warn(warning)
 
 # An explicit provider does not read the stack's `kubernetes:` keys by itself.
 cluster = pulumi.Config("kubernetes")
@@ -41,6 +44,7 @@ pulumi.export(
         node.name: {
             "exposedUuids": component.exposed_uuids,
             "exposedCount": component.exposed_count,
+            "advertisedCount": component.advertised_count,
             "hiddenCount": component.hidden_count,
             "devicePlugin": component.device_plugin_name,
             "runtimeClass": component.runtime_class_name,

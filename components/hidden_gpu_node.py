@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from stack_config import DevicePluginConfig, NodeConfig
 from stack_config.names import (
@@ -22,6 +25,10 @@ OPERAND_LABELS = {
     "mig_manager": "nvidia.com/gpu.deploy.mig-manager",
     "dcgm_exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
 }
+PLUGIN_CONFIG_DIR = "/etc/nvidia-device-plugin"
+PLUGIN_CONFIG_KEY = "config.yaml"
+# A changed config changes this pod-template annotation, so the DaemonSet rolls its pods.
+CONFIG_CHECKSUM_ANNOTATION = "hidden-gpu/plugin-config-sha256"
 # The GPU Operator installs the nvidia runtime under this containerd handler name.
 NVIDIA_RUNTIME_HANDLER = "nvidia"
 
@@ -49,6 +56,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
 
     exposed_uuids: pulumi.Output[list[str]]
     exposed_count: pulumi.Output[int]
+    advertised_count: pulumi.Output[int]
     hidden_count: pulumi.Output[int]
     device_plugin_name: pulumi.Output[str | None]
     runtime_class_name: pulumi.Output[str | None]
@@ -76,21 +84,29 @@ class HiddenGpuNode(pulumi.ComponentResource):
         )
 
         self.runtime_class: k8s.node.v1.RuntimeClass | None = None
+        self.plugin_config: k8s.core.v1.ConfigMap | None = None
         self.device_plugin: k8s.apps.v1.DaemonSet | None = None
         if node.exposed_gpus:
-            self.runtime_class = self._runtime_class(node, child)
-            self.device_plugin = self._device_plugin(
+            self.runtime_class = _runtime_class(node, child)
+            config = plugin_config(node)
+            if config is not None:
+                self.plugin_config = _config_map(node, plugin_namespace, config, child)
+            self.device_plugin = _device_plugin(
                 node,
                 plugin,
                 plugin_namespace,
                 self.runtime_class.metadata.name,
+                config=config,
                 # The operator's plugin must be gone before ours registers the same kubelet
                 # socket; on destroy Pulumi deletes ours first, then restores the label.
-                pulumi.ResourceOptions(parent=self, depends_on=[self.label_patch]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[self.label_patch, *filter(None, [self.plugin_config])]
+                ),
             )
 
         self.exposed_uuids = pulumi.Output.from_input(list(node.exposed_gpus))
         self.exposed_count = pulumi.Output.from_input(len(node.exposed_gpus))
+        self.advertised_count = pulumi.Output.from_input(node.advertised_gpus)
         self.hidden_count = pulumi.Output.from_input(len(node.hidden_gpus))
         self.device_plugin_name = (
             self.device_plugin.metadata.name if self.device_plugin else pulumi.Output.from_input(None)
@@ -102,107 +118,11 @@ class HiddenGpuNode(pulumi.ComponentResource):
             {
                 "exposedUuids": self.exposed_uuids,
                 "exposedCount": self.exposed_count,
+                "advertisedCount": self.advertised_count,
                 "hiddenCount": self.hidden_count,
                 "devicePluginName": self.device_plugin_name,
                 "runtimeClassName": self.runtime_class_name,
             }
-        )
-
-    @staticmethod
-    def _runtime_class(node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
-        return k8s.node.v1.RuntimeClass(
-            f"{node.name}-runtime-class",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=plugin_labels(node.name)),
-            handler=NVIDIA_RUNTIME_HANDLER,
-            # Pods that pick this class land on this node: the nvidia runtime is only offered
-            # where a pinned plugin decides which GPUs a pod gets.
-            scheduling=k8s.node.v1.SchedulingArgs(node_selector={HOSTNAME_LABEL: node.name}),
-            opts=opts,
-        )
-
-    @staticmethod
-    def _device_plugin(
-        node: NodeConfig,
-        plugin: DevicePluginConfig,
-        namespace: pulumi.Input[str],
-        runtime_class: pulumi.Input[str],
-        opts: pulumi.ResourceOptions,
-    ) -> k8s.apps.v1.DaemonSet:
-        labels = plugin_labels(node.name)
-        volume_mounts_mode = plugin.device_list_strategy == "volume-mounts"
-        # In volume-mounts mode the toolkit may ignore the env var for this unprivileged pod, so the
-        # pod asks for its own GPUs the way the plugin answers allocations: /dev/null mounts.
-        device_requests = node.exposed_gpus if volume_mounts_mode else []
-        container = k8s.core.v1.ContainerArgs(
-            name="nvidia-device-plugin",
-            image=plugin.image,
-            image_pull_policy="IfNotPresent",
-            env=[
-                # Also overrides the image's own `ENV NVIDIA_VISIBLE_DEVICES=all`.
-                k8s.core.v1.EnvVarArgs(name="NVIDIA_VISIBLE_DEVICES", value=",".join(node.exposed_gpus)),
-                k8s.core.v1.EnvVarArgs(name="DEVICE_ID_STRATEGY", value="uuid"),
-                k8s.core.v1.EnvVarArgs(name="DEVICE_LIST_STRATEGY", value=plugin.device_list_strategy),
-                k8s.core.v1.EnvVarArgs(name="FAIL_ON_INIT_ERROR", value="true"),
-            ],
-            # Privileged, or SYS_ADMIN, would let the container see every GPU on the host
-            # whatever NVIDIA_VISIBLE_DEVICES says.
-            security_context=k8s.core.v1.SecurityContextArgs(
-                privileged=False,
-                allow_privilege_escalation=False,
-                capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"]),
-            ),
-            resources=PLUGIN_RESOURCES,
-            volume_mounts=[
-                k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS),
-                *(
-                    k8s.core.v1.VolumeMountArgs(
-                        name=uuid.lower(), mount_path=f"{DEVICE_REQUEST_DIR}/{uuid}", read_only=True
-                    )
-                    for uuid in device_requests
-                ),
-            ],
-        )
-        pod_spec = k8s.core.v1.PodSpecArgs(
-            node_selector={HOSTNAME_LABEL: node.name},
-            runtime_class_name=runtime_class,
-            priority_class_name="system-node-critical",
-            # The plugin talks to the kubelet over its socket, never to the API server.
-            automount_service_account_token=False,
-            security_context=k8s.core.v1.PodSecurityContextArgs(
-                seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
-            ),
-            tolerations=[k8s.core.v1.TolerationArgs(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
-            containers=[container],
-            volumes=[
-                k8s.core.v1.VolumeArgs(
-                    name="device-plugin",
-                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=KUBELET_DEVICE_PLUGINS, type="Directory"),
-                ),
-                *(
-                    k8s.core.v1.VolumeArgs(
-                        name=uuid.lower(),
-                        host_path=k8s.core.v1.HostPathVolumeSourceArgs(path="/dev/null", type="CharDevice"),
-                    )
-                    for uuid in device_requests
-                ),
-            ],
-        )
-        return k8s.apps.v1.DaemonSet(
-            f"{node.name}-device-plugin",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=device_plugin_name(node.name),
-                namespace=namespace,
-                labels=labels,
-                annotations=_scan_exceptions(plugin.image),
-            ),
-            spec=k8s.apps.v1.DaemonSetSpecArgs(
-                selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
-                update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),
-                template=k8s.core.v1.PodTemplateSpecArgs(
-                    metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels), spec=pod_spec
-                ),
-            ),
-            opts=opts,
         )
 
 
@@ -213,6 +133,172 @@ def operator_labels(node: NodeConfig) -> dict[str, str]:
         if not getattr(node.operands, field):
             labels[label] = "false"
     return labels
+
+
+def plugin_config(node: NodeConfig) -> str | None:
+    """The plugin's `version: v1` config file, where the node time-slices. Time-slicing applies to
+    every GPU the plugin sees, and the pinned plugin sees only the exposed ones."""
+    if node.time_slicing is None:
+        return None
+    sharing = node.time_slicing
+    config = {
+        "version": "v1",
+        "flags": {"migStrategy": node.mig_strategy},
+        "sharing": {
+            "timeSlicing": {
+                "renameByDefault": sharing.rename_by_default,
+                "failRequestsGreaterThanOne": sharing.fail_requests_greater_than_one,
+                "resources": [{"name": "nvidia.com/gpu", "replicas": sharing.replicas}],
+            }
+        },
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _runtime_class(node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
+    return k8s.node.v1.RuntimeClass(
+        f"{node.name}-runtime-class",
+        metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=plugin_labels(node.name)),
+        handler=NVIDIA_RUNTIME_HANDLER,
+        # Pods that pick this class land on this node: the nvidia runtime is only offered
+        # where a pinned plugin decides which GPUs a pod gets.
+        scheduling=k8s.node.v1.SchedulingArgs(node_selector={HOSTNAME_LABEL: node.name}),
+        opts=opts,
+    )
+
+
+def _config_map(
+    node: NodeConfig, namespace: pulumi.Input[str], config: str, opts: pulumi.ResourceOptions
+) -> k8s.core.v1.ConfigMap:
+    return k8s.core.v1.ConfigMap(
+        f"{node.name}-plugin-config",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=f"{device_plugin_name(node.name)}-config", namespace=namespace, labels=plugin_labels(node.name)
+        ),
+        data={PLUGIN_CONFIG_KEY: config},
+        opts=opts,
+    )
+
+
+def _env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> list[k8s.core.v1.EnvVarArgs]:
+    env = {
+        # Also overrides the image's own `ENV NVIDIA_VISIBLE_DEVICES=all`.
+        "NVIDIA_VISIBLE_DEVICES": ",".join(node.exposed_gpus),
+        "DEVICE_ID_STRATEGY": "uuid",
+        "DEVICE_LIST_STRATEGY": plugin.device_list_strategy,
+        "FAIL_ON_INIT_ERROR": "true",
+        "MIG_STRATEGY": node.mig_strategy,
+    }
+    if node.mig_strategy != "none":
+        env["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
+    if config is not None:
+        env["CONFIG_FILE"] = f"{PLUGIN_CONFIG_DIR}/{PLUGIN_CONFIG_KEY}"
+    return [k8s.core.v1.EnvVarArgs(name=name, value=value) for name, value in env.items()]
+
+
+def _security_context(node: NodeConfig) -> k8s.core.v1.SecurityContextArgs:
+    # Privileged would give the container every GPU of the host whatever NVIDIA_VISIBLE_DEVICES
+    # says. MIG is the one exception to "no capabilities": the toolkit mounts the MIG monitor
+    # capability that NVIDIA_MIG_MONITOR_DEVICES asks for only into a container with SYS_ADMIN,
+    # which it then treats as privileged: the variable is honoured whatever the toolkit's
+    # unprivileged settings say. The plugin still sees only the GPUs it names (and every MIG
+    # device of those GPUs, hence the config's split rule); tenants' SYS_ADMIN stays denied by
+    # the access guard, which exempts only the plugin's namespace.
+    added = ["SYS_ADMIN"] if node.mig_strategy != "none" else None
+    return k8s.core.v1.SecurityContextArgs(
+        privileged=False,
+        allow_privilege_escalation=False,
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=added),
+    )
+
+
+def _volumes(
+    node: NodeConfig, plugin: DevicePluginConfig, config: str | None
+) -> tuple[list[k8s.core.v1.VolumeArgs], list[k8s.core.v1.VolumeMountArgs]]:
+    volumes = [
+        k8s.core.v1.VolumeArgs(
+            name="device-plugin",
+            host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=KUBELET_DEVICE_PLUGINS, type="Directory"),
+        )
+    ]
+    mounts = [k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS)]
+    if config is not None:
+        volumes.append(
+            k8s.core.v1.VolumeArgs(
+                name="plugin-config",
+                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{device_plugin_name(node.name)}-config"),
+            )
+        )
+        mounts.append(k8s.core.v1.VolumeMountArgs(name="plugin-config", mount_path=PLUGIN_CONFIG_DIR, read_only=True))
+    if plugin.device_list_strategy == "volume-mounts":
+        # The toolkit may ignore the env var for this unprivileged pod, so the pod asks for its
+        # own GPUs the way the plugin answers allocations: /dev/null mounted per device.
+        for uuid in node.exposed_gpus:
+            volumes.append(
+                k8s.core.v1.VolumeArgs(
+                    name=uuid.lower(),
+                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path="/dev/null", type="CharDevice"),
+                )
+            )
+            mounts.append(
+                k8s.core.v1.VolumeMountArgs(
+                    name=uuid.lower(), mount_path=f"{DEVICE_REQUEST_DIR}/{uuid}", read_only=True
+                )
+            )
+    return volumes, mounts
+
+
+def _device_plugin(
+    node: NodeConfig,
+    plugin: DevicePluginConfig,
+    namespace: pulumi.Input[str],
+    runtime_class: pulumi.Input[str],
+    *,
+    config: str | None,
+    opts: pulumi.ResourceOptions,
+) -> k8s.apps.v1.DaemonSet:
+    labels = plugin_labels(node.name)
+    volumes, mounts = _volumes(node, plugin, config)
+    container = k8s.core.v1.ContainerArgs(
+        name="nvidia-device-plugin",
+        image=plugin.image,
+        image_pull_policy="IfNotPresent",
+        env=_env(node, plugin, config),
+        security_context=_security_context(node),
+        resources=PLUGIN_RESOURCES,
+        volume_mounts=mounts,
+    )
+    pod_spec = k8s.core.v1.PodSpecArgs(
+        node_selector={HOSTNAME_LABEL: node.name},
+        runtime_class_name=runtime_class,
+        priority_class_name="system-node-critical",
+        # The plugin talks to the kubelet over its socket, never to the API server.
+        automount_service_account_token=False,
+        security_context=k8s.core.v1.PodSecurityContextArgs(
+            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
+        ),
+        tolerations=[k8s.core.v1.TolerationArgs(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        containers=[container],
+        volumes=volumes,
+    )
+    checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
+    return k8s.apps.v1.DaemonSet(
+        f"{node.name}-device-plugin",
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=device_plugin_name(node.name),
+            namespace=namespace,
+            labels=labels,
+            annotations=_scan_exceptions(plugin.image),
+        ),
+        spec=k8s.apps.v1.DaemonSetSpecArgs(
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
+            update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),
+            template=k8s.core.v1.PodTemplateSpecArgs(
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels, annotations=checksum), spec=pod_spec
+            ),
+        ),
+        opts=opts,
+    )
 
 
 def _scan_exceptions(image: str) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from stack_config.errors import PROJECT, ConfigError, InvalidConfigError
 from stack_config.load import find_stack_file, load_stack_file, parse_project_config, read_stack_file
-from stack_config.models import DevicePluginConfig, NodeConfig, StackConfig
+from stack_config.models import DevicePluginConfig, NodeConfig, StackConfig, quota_warnings
 
 __all__ = [
     "PROJECT",
@@ -14,5 +14,6 @@ __all__ = [
     "find_stack_file",
     "load_stack_file",
     "parse_project_config",
+    "quota_warnings",
     "read_stack_file",
 ]

@@ -19,7 +19,7 @@ _REASONS = {
     "missing": "required key is missing",
     "int_type": "must be a whole number",
     "int_from_float": "must be a whole number",
-    "greater_than_equal": "must be 0 or more",
+    "greater_than_equal": "must be at least {ge}",
     "too_short": "must not be empty",
     "tuple_type": "must be a list",
     "list_type": "must be a list",

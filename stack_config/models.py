@@ -15,6 +15,7 @@ from pydantic.alias_generators import to_camel
 from stack_config.errors import ConfigError, config_key
 
 GPU_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # DNS-1123 label: what Kubernetes accepts as a namespace name.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # DNS-1123 subdomain: what Kubernetes accepts as a node name.
@@ -48,6 +49,22 @@ def _check_gpu_uuid(value: str) -> str:
         raise ValueError(
             "not a GPU UUID: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lowercase "
             "hex, as nvidia-smi -L prints it"
+        )
+    return value
+
+
+def _check_device_uuid(value: str) -> str:
+    """A whole GPU (GPU-...) or a MIG device (MIG-..., the format drivers since R470 print)."""
+    if value.startswith("MIG-"):
+        return _check_mig_uuid(value)
+    return _check_gpu_uuid(value)
+
+
+def _check_mig_uuid(value: str) -> str:
+    if not MIG_UUID.fullmatch(value):
+        raise ValueError(
+            "not a MIG device UUID: expected MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lowercase hex, "
+            "as nvidia-smi -L prints it under its GPU"
         )
     return value
 
@@ -94,6 +111,8 @@ def _check_image(value: str) -> str:
 
 
 GpuUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_gpu_uuid)]
+DeviceUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_device_uuid)]
+MigUuid = Annotated[str, AfterValidator(_check_mig_uuid)]
 NamespaceName = Annotated[str, AfterValidator(_check_dns_label)]
 NodeName = Annotated[str, AfterValidator(_check_node_name)]
 ImageRef = Annotated[str, AfterValidator(_check_image)]
@@ -124,11 +143,35 @@ class OperandsConfig(_Model):
     dcgm_exporter: bool = True
 
 
+class TimeSlicingConfig(_Model):
+    """The plugin's time-slicing: each exposed GPU is advertised `replicas` times."""
+
+    replicas: Annotated[StrictInt, Field(ge=2)]
+    rename_by_default: bool = False
+    fail_requests_greater_than_one: bool = False
+
+
 class NodeConfig(_Model):
     name: NodeName
-    exposed_gpus: list[GpuUuid]
-    hidden_gpus: list[GpuUuid] = Field(default_factory=list)
+    exposed_gpus: list[DeviceUuid]
+    hidden_gpus: list[DeviceUuid] = Field(default_factory=list)
     operands: OperandsConfig = OperandsConfig()
+    time_slicing: TimeSlicingConfig | None = None
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    # The node's MIG layout, parent GPU -> its MIG devices: the only way to know a MIG device's
+    # parent, which the split rule needs (tools.discover --expose writes it).
+    mig_devices: dict[GpuUuid, list[MigUuid]] = Field(default_factory=dict)
+
+    @property
+    def replicas(self) -> int:
+        return self.time_slicing.replicas if self.time_slicing else 1
+
+    @property
+    def advertised_gpus(self) -> int:
+        """How many `nvidia.com/gpu` the node's plugin advertises. Under the mixed strategy MIG
+        devices are advertised as `nvidia.com/mig-<profile>` instead."""
+        counted = [u for u in self.exposed_gpus if not (self.mig_strategy == "mixed" and u.startswith("MIG-"))]
+        return len(counted) * self.replicas
 
 
 class DevicePluginConfig(_Model):
@@ -198,6 +241,52 @@ def _check_cross_references(stack: StackConfig) -> None:
                 if uuid in first_gpu_place:
                     raise ConfigError(config_key(place), uuid, _twice(first_gpu_place[uuid], place))
                 first_gpu_place[uuid] = place
+        _check_mig(node, node_path, first_gpu_place)
+
+
+def _check_mig(node: NodeConfig, node_path: str, place_of: dict[str, str]) -> None:
+    if node.time_slicing and node.mig_strategy == "mixed":
+        raise ConfigError(
+            config_key(f"{node_path}.timeSlicing"),
+            node.time_slicing.model_dump(by_alias=True),
+            "time-slicing here shares nvidia.com/gpu; with migStrategy mixed MIG devices are "
+            "advertised per profile instead: use migStrategy single, or no time-slicing",
+        )
+    parent_of: dict[str, str] = {}
+    for parent, devices in node.mig_devices.items():
+        for index, mig in enumerate(devices):
+            if mig in parent_of:
+                raise ConfigError(
+                    config_key(f"{node_path}.migDevices.{parent}[{index}]"), mig, f"also listed under {parent_of[mig]}"
+                )
+            parent_of[mig] = parent
+    side_of = {uuid: "exposed" for uuid in node.exposed_gpus} | {uuid: "hidden" for uuid in node.hidden_gpus}
+    for uuid in side_of:
+        if not uuid.startswith("MIG-"):
+            continue
+        if node.mig_strategy == "none":
+            raise ConfigError(
+                config_key(place_of[uuid]), uuid, "a MIG device needs migStrategy single or mixed on this node"
+            )
+        if uuid not in parent_of:
+            raise ConfigError(
+                config_key(place_of[uuid]),
+                uuid,
+                "parent GPU unknown: list the node's MIG layout under migDevices "
+                "(python -m tools.discover --expose writes it)",
+            )
+    for parent, devices in node.mig_devices.items():
+        listed = [uuid for uuid in (parent, *devices) if uuid in side_of]
+        exposed = [uuid for uuid in listed if side_of[uuid] == "exposed"]
+        hidden = [uuid for uuid in listed if side_of[uuid] == "hidden"]
+        if exposed and hidden:
+            raise ConfigError(
+                config_key(place_of[exposed[0]]),
+                exposed[0],
+                f"exposed, but {hidden[0]} of the same GPU ({parent}) is hidden: a plugin that can see "
+                "one MIG device of a GPU monitors all of them (NVIDIA_MIG_MONITOR_DEVICES=all); "
+                "keep a GPU and all its MIG devices on one side",
+            )
 
 
 def _twice(first: str, second: str) -> str:
@@ -207,3 +296,15 @@ def _twice(first: str, second: str) -> str:
     if first.split(".")[1].split("[", maxsplit=1)[0] != second.split(".")[1].split("[", maxsplit=1)[0]:
         return f"GPU is both exposed and hidden (also at {first}); choose one"
     return f"GPU listed twice on this node (also at {first})"
+
+
+def quota_warnings(stack: StackConfig) -> list[str]:
+    """Quotas above what this stack's nodes can ever advertise: not wrong (the cluster may have
+    other GPU nodes), but often a forgotten time-slicing or a typo."""
+    advertised = sum(node.advertised_gpus for node in stack.nodes)
+    return [
+        f"{config_key(f'quotas.{namespace}')} = {limit}: more than the {advertised} nvidia.com/gpu "
+        "this stack's nodes advertise"
+        for namespace, limit in sorted(stack.quotas.items())
+        if limit > advertised
+    ]

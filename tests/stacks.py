@@ -184,7 +184,7 @@ REJECTIONS = [
         changed(lambda c: c.__setitem__("hidden-gpu:quotas", {"ml-team": -1})),
         "hidden-gpu:quotas.ml-team",
         "-1",
-        "must be 0 or more",
+        "must be at least 0",
     ),
     Rejection(
         "fractional-quota",

@@ -145,3 +145,23 @@ def test_no_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["--stack-file", str(stack_file(tmp_path)), "--node", "gpu-node-01"]
     assert audit.main(args, nvml=fake_nvml([], init_error="LibraryNotFound")) == 3
     assert "no NVIDIA driver here" in capsys.readouterr().err
+
+
+def test_gpu_exposed_by_its_mig_devices_counts_as_exposed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parent = "GPU-dddddddd-1111-4222-8333-444455556666"
+    mig = "MIG-eeeeeeee-1111-4222-8333-444455556666"
+    proc_tree(tmp_path, {100: CGROUP_LAYOUTS["v2-systemd-containerd"]})
+    stack = tmp_path / "Pulumi.t.yaml"
+    node = {
+        "name": "gpu-node-01",
+        "exposedGpus": [mig],
+        "hiddenGpus": [HIDDEN],
+        "migStrategy": "mixed",
+        "migDevices": {parent: [mig]},
+    }
+    stack.write_text(yaml.safe_dump({"config": {"hidden-gpu:nodes": [node]}}))
+    gpus = [FakeGpu(parent, mig_uuids=[mig], compute=[(100, 1)]), FakeGpu(HIDDEN)]
+    args = ["--stack-file", str(stack), "--node", "gpu-node-01", "--proc-root", str(tmp_path / "proc"), "--json"]
+    assert audit.main(args, nvml=fake_nvml(gpus)) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["gpus"][0]["exposed"] is True and report["violations"] == []

@@ -149,6 +149,7 @@ def test_outputs_per_node(run: ProgramRun) -> None:
         "gpu-node-01": {
             "exposedUuids": [EXPOSED],
             "exposedCount": 1,
+            "advertisedCount": 1,
             "hiddenCount": 2,
             "devicePlugin": "nvidia-device-plugin-gpu-node-01",
             "runtimeClass": "hidden-gpu-gpu-node-01",
@@ -156,6 +157,7 @@ def test_outputs_per_node(run: ProgramRun) -> None:
         "gpu-node-02": {
             "exposedUuids": [],
             "exposedCount": 0,
+            "advertisedCount": 0,
             "hiddenCount": 2,
             "devicePlugin": None,
             "runtimeClass": None,

@@ -49,8 +49,9 @@ def test_prod_render_end_to_end(tmp_path: Path) -> None:
         assert hidden not in rendered_text
     quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in objects.values() if o["kind"] == "ResourceQuota"}
     assert quotas == {ns: {"requests.nvidia.com/gpu": str(n)} for ns, n in stack["hidden-gpu:quotas"].items()}
-    assert "gpu-node-01  2        6       3" in result.stdout
-    assert "gpu-node-02  0        8       1" in result.stdout
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert ["gpu-node-01", "2", "2", "6", "3"] in rows
+    assert ["gpu-node-02", "0", "0", "8", "1"] in rows
 
 
 def test_render_is_byte_identical_across_runs(tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ def test_summary_lists_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"stack case: 9 objects written to {tmp_path / 'o'}"
-    assert out[1].split() == ["node", "exposed", "hidden", "objects"]
-    assert out[2].split() == ["gpu-node-01", "1", "2", "3"]
-    assert out[3].split() == ["gpu-node-02", "0", "2", "1"]
+    assert out[1].split() == ["node", "exposed", "advertised", "hidden", "objects"]
+    assert out[2].split() == ["gpu-node-01", "1", "1", "2", "3"]
+    assert out[3].split() == ["gpu-node-02", "0", "0", "2", "1"]
     assert json.dumps(out[-1]).count("ml-team=1") == 1

@@ -79,8 +79,9 @@ def audit(nvml: ModuleType, node_name: str, exposed_uuids: set[str], proc_root: 
     report = Report(node_name)
     with session(nvml):
         for gpu in list_gpus(nvml):
-            # A GPU the stack does not expose is hidden: the pinned plugin never offers it.
-            exposed = gpu.uuid in exposed_uuids
+            # A GPU the stack does not expose, whole or by its MIG devices, is hidden: the pinned
+            # plugin never offers it.
+            exposed = gpu.uuid in exposed_uuids or any(mig.uuid in exposed_uuids for mig in gpu.mig_devices)
             entry: dict[str, Any] = {"uuid": gpu.uuid, "index": gpu.index, "exposed": exposed, "processes": []}
             report.gpus.append(entry)
             for process in gpu_processes(nvml, gpu.index):

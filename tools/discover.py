@@ -47,15 +47,27 @@ def parse_indices(text: str, gpus: list[Gpu]) -> list[int]:
 
 
 def stack_entry(node: str, gpus: list[Gpu], exposed_indices: list[int]) -> str:
-    """The node's entry for `hidden-gpu:nodes`, by UUID: the index only served to pick."""
-    exposed = [gpus[i].uuid for i in exposed_indices]
+    """The node's entry for `hidden-gpu:nodes`, by UUID: the index only served to pick.
+
+    An exposed GPU in MIG mode is exposed as its MIG devices (what the plugin then advertises),
+    with the node's MIG layout; a hidden one is hidden whole, by its own UUID.
+    """
+    chosen = [gpus[i] for i in exposed_indices]
+    mig_gpus = [gpu for gpu in chosen if gpu.mig_enabled]
+    exposed = [
+        uuid for gpu in chosen for uuid in ([m.uuid for m in gpu.mig_devices] if gpu.mig_enabled else [gpu.uuid])
+    ]
     hidden = [gpu.uuid for gpu in gpus if gpu.index not in exposed_indices]
     lines = [
-        f"# {node}: {len(exposed)} of {len(gpus)} GPUs exposed; paste under hidden-gpu:nodes",
+        f"# {node}: {len(chosen)} of {len(gpus)} GPUs exposed; paste under hidden-gpu:nodes",
         f"- name: {node}",
     ]
     for key, uuids in (("exposedGpus", exposed), ("hiddenGpus", hidden)):
         lines += [f"  {key}:"] + [f"    - {uuid}" for uuid in uuids] if uuids else [f"  {key}: []"]
+    if mig_gpus:
+        lines += ["  migStrategy: mixed", "  migDevices:"]
+        for gpu in mig_gpus:
+            lines += [f"    {gpu.uuid}:"] + [f"      - {mig.uuid}" for mig in gpu.mig_devices]
     return "\n".join(lines)
 
 

@@ -16,7 +16,14 @@ from typing import Any
 
 import yaml
 
-from stack_config import InvalidConfigError, StackConfig, find_stack_file, parse_project_config, read_stack_file
+from stack_config import (
+    InvalidConfigError,
+    StackConfig,
+    find_stack_file,
+    parse_project_config,
+    quota_warnings,
+    read_stack_file,
+)
 from tools.program import Declared, ProgramRun, run_program
 
 NODE_COMPONENT = "hidden-gpu:index:HiddenGpuNode"
@@ -83,10 +90,11 @@ def write(rendered: Rendered, out_dir: Path) -> None:
 
 def summary(rendered: Rendered, out_dir: Path) -> str:
     components = {r.name: r.urn for r in rendered.run.of_type(NODE_COMPONENT)}
-    rows = [("node", "exposed", "hidden", "objects")]
+    rows: list[tuple[str, ...]] = [("node", "exposed", "advertised", "hidden", "objects")]
     for node in rendered.stack.nodes:
         owned = sum(1 for r in rendered.run.kubernetes_objects if r.parent == components[node.name])
-        rows.append((node.name, str(len(node.exposed_gpus)), str(len(node.hidden_gpus)), str(owned)))
+        counts = (len(node.exposed_gpus), node.advertised_gpus, len(node.hidden_gpus), owned)
+        rows.append((node.name, *map(str, counts)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [f"stack {rendered.stack_name}: {len(rendered.files)} objects written to {out_dir}"]
     lines += [
@@ -94,6 +102,7 @@ def summary(rendered: Rendered, out_dir: Path) -> str:
     ]
     quotas = ", ".join(f"{ns}={limit}" for ns, limit in sorted(rendered.stack.quotas.items())) or "none"
     lines.append(f"  quotas (requests.nvidia.com/gpu): {quotas}")
+    lines += [f"warning: {warning}" for warning in quota_warnings(rendered.stack)]
     return "\n".join(lines)
 
 

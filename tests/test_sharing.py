@@ -1,0 +1,258 @@
+"""Time-slicing and MIG on a hidden node: config rules, the plugin's config, env and outputs."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import cel
+import kubernetes_validate
+import pytest
+import yaml
+
+from components.hidden_gpu_node import CONFIG_CHECKSUM_ANNOTATION
+from stack_config import InvalidConfigError, parse_project_config, quota_warnings
+from tests.conftest import env_of, only
+from tests.fake_nvml import FakeGpu, fake_nvml
+from tests.stacks import EXPOSED, HIDDEN, changed, node
+from tools import discover, render
+from tools.program import ProgramRun, run_program
+
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+PARENT = "GPU-11111111-2222-4333-8444-555566667777"
+MIG_A = "MIG-aaaaaaaa-2222-4333-8444-555566667777"
+MIG_B = "MIG-bbbbbbbb-2222-4333-8444-555566667777"
+
+
+def time_sliced(replicas: object = 4, **extra: Any) -> dict[str, Any]:
+    return changed(lambda c: node(c).__setitem__("timeSlicing", {"replicas": replicas, **extra}))
+
+
+def with_mig(
+    strategy: str = "mixed", exposed: list[str] | None = None, hidden: list[str] | None = None
+) -> dict[str, Any]:
+    def change(config: dict[str, Any]) -> None:
+        node(config).update(
+            {
+                "exposedGpus": [EXPOSED, *(exposed if exposed is not None else [MIG_A, MIG_B])],
+                "hiddenGpus": [*HIDDEN, *(hidden or [])],
+                "migStrategy": strategy,
+                "migDevices": {PARENT: [MIG_A, MIG_B]},
+            }
+        )
+
+    return changed(change)
+
+
+def plugin(run: ProgramRun) -> tuple[dict[str, Any], dict[str, Any]]:
+    daemonset = only(run.of_type(DAEMONSET)).inputs
+    return daemonset, daemonset["spec"]["template"]["spec"]
+
+
+def test_time_slicing_config_map_field_by_field() -> None:
+    run = run_program(time_sliced(4, renameByDefault=True), "test")
+    config_map = only(run.of_type(CONFIG_MAP)).inputs
+    assert config_map["metadata"] == {
+        "name": "nvidia-device-plugin-gpu-node-01-config",
+        "namespace": "hidden-gpu-system",
+        "labels": config_map["metadata"]["labels"],
+    }
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["version"] == "v1"
+    assert config["flags"] == {"migStrategy": "none"}
+    slicing = config["sharing"]["timeSlicing"]
+    assert slicing["renameByDefault"] is True
+    assert slicing["failRequestsGreaterThanOne"] is False
+    assert slicing["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert "devices" not in slicing["resources"][0]  # the plugin ignores it; pinning does the choosing
+
+
+def test_plugin_mounts_its_config_and_rolls_when_it_changes() -> None:
+    run = run_program(time_sliced(4), "test")
+    daemonset, pod = plugin(run)
+    container = pod["containers"][0]
+    assert env_of(container)["CONFIG_FILE"] == "/etc/nvidia-device-plugin/config.yaml"
+    assert {"name": "plugin-config", "mountPath": "/etc/nvidia-device-plugin", "readOnly": True} in container[
+        "volumeMounts"
+    ]
+    assert {"name": "plugin-config", "configMap": {"name": "nvidia-device-plugin-gpu-node-01-config"}} in pod["volumes"]
+    content = only(run.of_type(CONFIG_MAP)).inputs["data"]["config.yaml"]
+    checksum = daemonset["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION]
+    assert checksum == hashlib.sha256(content.encode()).hexdigest()
+    other, _ = plugin(run_program(time_sliced(8), "test"))
+    assert other["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION] != checksum
+    assert only(run.of_type(CONFIG_MAP)).urn in only(run.of_type(DAEMONSET)).dependencies
+
+
+def test_no_config_without_time_slicing(run: ProgramRun) -> None:
+    daemonset, pod = plugin(run)
+    assert run.of_type(CONFIG_MAP) == []
+    assert "CONFIG_FILE" not in env_of(pod["containers"][0])
+    assert "annotations" not in daemonset["spec"]["template"]["metadata"]
+
+
+def test_advertised_count_in_outputs_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = time_sliced(4)
+    assert run_program(config, "test").outputs["nodes"]["gpu-node-01"]["advertisedCount"] == 4
+    stack_file = tmp_path / "Pulumi.ts.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": config}))
+    assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / "out")]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["gpu-node-01", "1", "4", "2", "4"] in rows  # exposed, advertised, hidden, objects
+
+
+def test_quota_above_what_the_nodes_advertise_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = changed(lambda c: c.__setitem__("hidden-gpu:quotas", {"ml-team": 1, "big-team": 3}))
+    assert quota_warnings(parse_project_config(config)) == [
+        "hidden-gpu:quotas.big-team = 3: more than the 1 nvidia.com/gpu this stack's nodes advertise"
+    ]
+    sliced = time_sliced(4)
+    sliced["hidden-gpu:quotas"] = {"big-team": 3}
+    assert quota_warnings(parse_project_config(sliced)) == []
+    stack_file = tmp_path / "Pulumi.q.yaml"
+    stack_file.write_text(yaml.safe_dump({"config": config}))
+    assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("warning: hidden-gpu:quotas.big-team = 3")
+
+
+def test_mig_strategy_env_and_capability() -> None:
+    _, pod = plugin(run_program(with_mig("mixed"), "test"))
+    container = pod["containers"][0]
+    env = env_of(container)
+    assert env["MIG_STRATEGY"] == "mixed"
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == f"{EXPOSED},{MIG_A},{MIG_B}"
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert container["securityContext"]["privileged"] is False
+
+
+def test_no_mig_means_no_capability(run: ProgramRun) -> None:
+    container = plugin(run)[1]["containers"][0]
+    assert env_of(container)["MIG_STRATEGY"] == "none"
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in env_of(container)
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_mig_plugin_is_admitted_only_in_its_namespace() -> None:
+    """SYS_ADMIN is what the guard denies tenants; the plugin's namespace is exempt."""
+    run = run_program(with_mig("single"), "test")
+    policy = only(run.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")).inputs
+    template = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]
+    request_for = {"object": {"metadata": template["metadata"], "spec": template["spec"]}}
+    condition = policy["spec"]["matchConditions"][0]["expression"]
+    assert cel.evaluate(condition, {**request_for, "request": {"namespace": "hidden-gpu-system"}}) is False
+    assert cel.evaluate(condition, {**request_for, "request": {"namespace": "ml-team"}}) is True
+
+
+@pytest.mark.parametrize("version", ["1.30", "1.37"])
+def test_sharing_objects_pass_strict_schemas(version: str) -> None:
+    config = with_mig("single")
+    node(config)["timeSlicing"] = {"replicas": 2}
+    for resource in run_program(config, "test").kubernetes_objects:
+        kubernetes_validate.validate(resource.inputs, version, strict=True)
+
+
+MIG_REJECTIONS = [
+    (
+        "malformed-mig-uuid",
+        with_mig(exposed=["MIG-123"]),
+        "hidden-gpu:nodes[0].exposedGpus[1]",
+        "not a MIG device UUID",
+    ),
+    (
+        "legacy-mig-format",
+        with_mig(exposed=[f"MIG-{PARENT}/1/0"]),
+        "hidden-gpu:nodes[0].exposedGpus[1]",
+        "not a MIG device UUID",
+    ),
+    (
+        "mig-without-strategy",
+        with_mig("none"),
+        "hidden-gpu:nodes[0].exposedGpus[1]",
+        "needs migStrategy single or mixed",
+    ),
+    (
+        "mig-parent-unknown",
+        changed(lambda c: node(c).update({"exposedGpus": [MIG_A], "migStrategy": "single"})),
+        "hidden-gpu:nodes[0].exposedGpus[0]",
+        "parent GPU unknown",
+    ),
+    (
+        "slice-exposed-sibling-hidden",
+        with_mig(exposed=[MIG_A], hidden=[MIG_B]),
+        "hidden-gpu:nodes[0].exposedGpus[1]",
+        f"but {MIG_B} of the same GPU",
+    ),
+    (
+        "parent-exposed-slice-hidden",
+        with_mig(exposed=[PARENT], hidden=[MIG_A]),
+        "hidden-gpu:nodes[0].exposedGpus[1]",
+        f"but {MIG_A} of the same GPU",
+    ),
+    (
+        "slice-exposed-parent-hidden",
+        with_mig(exposed=[MIG_A], hidden=[PARENT]),
+        "hidden-gpu:nodes[0].exposedGpus[1]",
+        f"but {PARENT} of the same GPU",
+    ),
+    (
+        "strategy-unknown",
+        with_mig("all"),
+        "hidden-gpu:nodes[0].migStrategy",
+        "must be one of 'none', 'single' or 'mixed'",
+    ),
+    (
+        "time-slicing-with-mixed",
+        changed(lambda c: node(c).update({"migStrategy": "mixed", "timeSlicing": {"replicas": 2}})),
+        "hidden-gpu:nodes[0].timeSlicing",
+        "use migStrategy single",
+    ),
+    ("replicas-below-two", time_sliced(1), "hidden-gpu:nodes[0].timeSlicing.replicas", "must be at least 2"),
+    (
+        "replicas-not-a-number",
+        time_sliced("four"),
+        "hidden-gpu:nodes[0].timeSlicing.replicas",
+        "must be a whole number",
+    ),
+    (
+        "time-slicing-misspelt",
+        time_sliced(2, renameByDefalt=True),
+        "hidden-gpu:nodes[0].timeSlicing.renameByDefalt",
+        "did you mean 'renameByDefault'?",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "reason"), [case[1:] for case in MIG_REJECTIONS], ids=[case[0] for case in MIG_REJECTIONS]
+)
+def test_sharing_rejections(config: dict[str, Any], key: str, reason: str) -> None:
+    with pytest.raises(InvalidConfigError) as raised:
+        parse_project_config(config)
+    message = str(raised.value)
+    assert message.startswith(key) and reason in message and "\n" not in message, message
+
+
+def test_valid_mig_layouts_are_accepted() -> None:
+    for config in (
+        with_mig("mixed"),
+        with_mig("single", exposed=[PARENT]),
+        with_mig("mixed", exposed=[], hidden=[PARENT, MIG_A, MIG_B]),
+    ):
+        parse_project_config(config)
+
+
+def test_discover_exposes_a_mig_gpu_by_its_mig_devices(capsys: pytest.CaptureFixture[str]) -> None:
+    gpus = [FakeGpu(EXPOSED), FakeGpu(PARENT, mig_uuids=[MIG_A, None, MIG_B]), FakeGpu(HIDDEN[0], mig_uuids=[])]
+    assert discover.main(["--expose", "1", "--node", "gpu-node-01"], nvml=fake_nvml(gpus)) == 0
+    entry = yaml.safe_load(capsys.readouterr().out)[0]
+    assert entry == {
+        "name": "gpu-node-01",
+        "exposedGpus": [MIG_A, MIG_B],
+        "hiddenGpus": [EXPOSED, HIDDEN[0]],
+        "migStrategy": "mixed",
+        "migDevices": {PARENT: [MIG_A, MIG_B]},
+    }
+    parse_project_config({"hidden-gpu:nodes": [entry]})
