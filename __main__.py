@@ -5,7 +5,6 @@ import pulumi_kubernetes as k8s
 
 from components import AccessGuard, GpuQuotas, HiddenGpuNode, PluginNamespace, cluster_policy_patch
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
-from stack_config.names import runtime_class_name
 
 try:
     stack = parse_project_config(pulumi.runtime.get_config_env() | pulumi.runtime.config.CONFIG.get())
@@ -28,13 +27,7 @@ with_provider = pulumi.ResourceOptions(provider=provider)
 namespace = PluginNamespace("device-plugin", stack.device_plugin, with_provider)
 nodes = [HiddenGpuNode(node, stack.device_plugin, namespace.name, with_provider) for node in stack.nodes]
 GpuQuotas("gpu-quotas", stack.quotas, with_provider)
-AccessGuard(
-    "access-guard",
-    stack.guard.mode,
-    stack.exempt_namespaces,
-    [runtime_class_name(node.name) for node in stack.nodes if node.exposed_gpus],
-    with_provider,
-)
+AccessGuard("access-guard", stack.guard.mode, stack.exempt_namespaces, with_provider)
 if stack.cluster_policy.patch:
     cluster_policy_patch(stack.cluster_policy.name, with_provider)
 

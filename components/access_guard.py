@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stack_config.names import OPERATOR_RUNTIME_CLASSES, PART_OF, PART_OF_LABEL
+from stack_config.names import OPERATOR_RUNTIME_CLASSES, PART_OF, PART_OF_LABEL, RUNTIME_CLASS_PREFIX
 
 POLICY_NAME = "hidden-gpu-access-guard"
 VALIDATION_ACTIONS = {"enforce": ["Deny"], "warn": ["Warn", "Audit"], "audit": ["Audit"]}
@@ -41,26 +41,29 @@ class Rule:
     message: str
 
 
-def variables(gpu_runtime_classes: list[str]) -> list[tuple[str, str]]:
-    return [
-        (
-            "containers",
-            "(has(object.spec.containers) ? object.spec.containers : [])"
-            " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-            " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])",
-        ),
-        (
-            "hostPaths",
-            "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, v.hostPath.path) : []",
-        ),
-        ("gpuRuntimeClasses", _cel_list(gpu_runtime_classes)),
-        (
-            "requestsGpu",
-            "variables.containers.exists(c, has(c.resources) && ("
-            "(has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits)"
-            " || (has(c.resources.requests) && 'nvidia.com/gpu' in c.resources.requests)))",
-        ),
-    ]
+VARIABLES = [
+    (
+        "containers",
+        "(has(object.spec.containers) ? object.spec.containers : [])"
+        " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
+        " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])",
+    ),
+    (
+        "hostPaths",
+        "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, v.hostPath.path) : []",
+    ),
+    (
+        "nvidiaRuntime",
+        f"has(object.spec.runtimeClassName) && (object.spec.runtimeClassName.startsWith('{RUNTIME_CLASS_PREFIX}')"
+        f" || object.spec.runtimeClassName in {_cel_list(list(OPERATOR_RUNTIME_CLASSES))})",
+    ),
+    (
+        "requestsGpu",
+        "variables.containers.exists(c, has(c.resources) && ("
+        "(has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits)"
+        " || (has(c.resources.requests) && 'nvidia.com/gpu' in c.resources.requests)))",
+    ),
+]
 
 
 RULES = [
@@ -106,8 +109,7 @@ RULES = [
     ),
     Rule(
         "gpu-runtime-without-request",
-        "!(has(object.spec.runtimeClassName) && object.spec.runtimeClassName in variables.gpuRuntimeClasses)"
-        " || variables.requestsGpu",
+        "!variables.nvidiaRuntime || variables.requestsGpu",
         "a pod using an NVIDIA runtime class must request resources.limits['nvidia.com/gpu']: "
         "without a request the image's own NVIDIA_VISIBLE_DEVICES decides which GPUs it sees",
     ),
@@ -122,12 +124,10 @@ class AccessGuard(pulumi.ComponentResource):
         name: str,
         mode: str,
         exempt_namespaces: list[str],
-        runtime_classes: list[str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("hidden-gpu:index:AccessGuard", name, None, opts)
         labels = {PART_OF_LABEL: PART_OF}
-        gpu_runtime_classes = sorted({*runtime_classes, *OPERATOR_RUNTIME_CLASSES})
         self.policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=POLICY_NAME, labels=labels),
@@ -151,7 +151,7 @@ class AccessGuard(pulumi.ComponentResource):
                 ],
                 variables=[
                     k8s.admissionregistration.v1.VariableArgs(name=var_name, expression=expression)
-                    for var_name, expression in variables(gpu_runtime_classes)
+                    for var_name, expression in VARIABLES
                 ],
                 validations=[
                     k8s.admissionregistration.v1.ValidationArgs(

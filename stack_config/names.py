@@ -18,9 +18,13 @@ def device_plugin_name(node_name: str) -> str:
     return f"nvidia-device-plugin-{node_name}"
 
 
+# Every RuntimeClass this program creates starts so: it keeps clear of the operator's names, and
+# lets the access guard recognise ours without listing every node.
+RUNTIME_CLASS_PREFIX = "hidden-gpu-"
+
+
 def runtime_class_name(node_name: str) -> str:
-    # The prefix keeps it clear of the operator's names.
-    return f"hidden-gpu-{node_name}"
+    return f"{RUNTIME_CLASS_PREFIX}{node_name}"
 
 
 def plugin_labels(node_name: str) -> dict[str, str]:
