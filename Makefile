@@ -31,6 +31,7 @@ lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 # Render every stack, then scan the manifests. Deliberate exceptions are skipped in the manifests
 # themselves (checkov.io/skipN annotations), each with its reason.
