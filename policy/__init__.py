@@ -1,0 +1,1 @@
+"""The hidden-gpu CrossGuard policy pack: `pulumi preview --policy-pack policy`."""
