@@ -1,0 +1,170 @@
+"""How the program's cost grows with the fleet, next to plain pulumi-kubernetes.
+
+    python -m tools.bench --nodes 1,10,100,1000 [--json]
+
+For each size, a synthetic stack of that many 8-GPU nodes (2 exposed, 6 hidden) runs through
+the real program under Pulumi's mocks; the baseline declares the very same Kubernetes objects
+directly with pulumi-kubernetes (no validation, no components), also under Pulumi's mocks. Each
+measurement runs in a fresh interpreter, warmed up and timed after imports; peak memory is that
+process's maximum resident set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from tools.program import run_callable, run_program
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUS_PER_NODE = 8
+EXPOSED_PER_NODE = 2
+
+
+def synthetic_stack(nodes: int) -> dict[str, Any]:
+    def gpu(node: int, index: int) -> str:
+        return f"GPU-{uuid.UUID(int=node * GPUS_PER_NODE + index + 1, version=4)}"
+
+    return {
+        "hidden-gpu:nodes": [
+            {
+                "name": f"gpu-node-{node:05d}",
+                "exposedGpus": [gpu(node, i) for i in range(EXPOSED_PER_NODE)],
+                "hiddenGpus": [gpu(node, i) for i in range(EXPOSED_PER_NODE, GPUS_PER_NODE)],
+            }
+            for node in range(nodes)
+        ],
+        "hidden-gpu:quotas": {"ml-team": EXPOSED_PER_NODE},
+    }
+
+
+def _resource_class(type_token: str) -> Any:
+    """kubernetes:apps/v1:DaemonSet -> pulumi_kubernetes.apps.v1.DaemonSet"""
+    _, module_path, name = type_token.split(":")
+    group, version = module_path.split("/")
+    return getattr(importlib.import_module(f"pulumi_kubernetes.{group.split('.')[0]}.{version}"), name)
+
+
+def _substituter(replacements: dict[str, str]) -> Callable[[str], str]:
+    pattern = re.compile("|".join(map(re.escape, replacements)))
+    return lambda text: pattern.sub(lambda match: replacements[match.group(0)], text)
+
+
+def baseline_objects(nodes: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """The objects the program declares for `nodes` nodes, as (type, name, object), built by
+    substituting each node's name and UUIDs into what the program renders for one node."""
+    template = run_program(synthetic_stack(1), "bench").kubernetes_objects
+    one_node = synthetic_stack(1)["hidden-gpu:nodes"][0]
+    per_node = [r for r in template if one_node["name"] in json.dumps(r.inputs)]
+    shared = [(r.type, r.name, r.inputs) for r in template if r not in per_node]
+    objects = list(shared)
+    for node in synthetic_stack(nodes)["hidden-gpu:nodes"]:
+        replacements = {one_node["name"]: node["name"]}
+        for key in ("exposedGpus", "hiddenGpus"):
+            replacements |= dict(zip(one_node[key], node[key], strict=True))
+        substitute = _substituter(replacements)
+        objects += [(r.type, substitute(r.name), json.loads(substitute(json.dumps(r.inputs)))) for r in per_node]
+    return objects
+
+
+def run_baseline(objects: list[tuple[str, str, dict[str, Any]]]) -> None:
+    def declare() -> None:
+        provider = pulumi.ResourceOptions(provider=k8s.Provider("kubernetes"))
+        for type_token, name, obj in objects:
+            args = {key: value for key, value in obj.items() if key not in ("apiVersion", "kind")}
+            _resource_class(type_token)(name, **args, opts=provider)
+
+    run_callable(declare, "bench")
+
+
+def _worker(kind: str, nodes: int) -> dict[str, Any]:
+    # Both sides start warm: every module imported and the runtime exercised once.
+    run_program(synthetic_stack(1), "warm-up")
+    if kind == "program":
+        config = synthetic_stack(nodes)
+        start = time.perf_counter()
+        run_program(config, "bench")
+    else:
+        objects = baseline_objects(nodes)
+        start = time.perf_counter()
+        run_baseline(objects)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peakMemoryBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def measure(kind: str, nodes: int) -> dict[str, Any]:
+    command = [sys.executable, "-m", "tools.bench", "--worker", kind, "--nodes", str(nodes)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    measured: dict[str, Any] = json.loads(result.stdout)
+    return measured
+
+
+def rows(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    """Medians of `repeat` alternating runs: a shared 2-core machine varies by 20% run to run."""
+    table = []
+    for nodes in sizes:
+        runs = [(measure("program", nodes), measure("baseline", nodes)) for _ in range(repeat)]
+        program = statistics.median(p["seconds"] for p, _ in runs)
+        baseline = statistics.median(b["seconds"] for _, b in runs)
+        table.append(
+            {
+                "nodes": nodes,
+                "programSeconds": round(program, 3),
+                "baselineSeconds": round(baseline, 3),
+                "ratio": round(program / baseline, 2),
+                "peakMemoryBytes": max(p["peakMemoryBytes"] for p, _ in runs),
+            }
+        )
+    return table
+
+
+def text(table: list[dict[str, Any]]) -> str:
+    lines = [f"{'nodes':>6}  {'program s':>10}  {'baseline s':>10}  {'ratio':>5}  {'ms/node':>8}  {'peak MiB':>8}"]
+    for row in table:
+        per_node = 1000 * row["programSeconds"] / row["nodes"]
+        lines.append(
+            f"{row['nodes']:>6}  {row['programSeconds']:>10.2f}  {row['baselineSeconds']:>10.2f}  "
+            f"{row['ratio']:>5.2f}  {per_node:>8.1f}  {row['peakMemoryBytes'] / 2**20:>8.0f}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="1,10,100,1000", help="comma-separated stack sizes")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size; the table shows medians")
+    parser.add_argument("--worker", choices=["program", "baseline"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(n) for n in args.nodes.split(",")]
+    except ValueError:
+        print(f"error: --nodes {args.nodes}: expected whole numbers, e.g. 1,10,100", file=sys.stderr)
+        return 2
+    if any(n < 1 for n in sizes):
+        print(f"error: --nodes {args.nodes}: sizes must be at least 1", file=sys.stderr)
+        return 2
+    if args.worker:
+        print(json.dumps(_worker(args.worker, sizes[0])))
+        return 0
+    table = rows(sizes, max(1, args.repeat))
+    print(json.dumps(table, indent=2) if args.json else text(table))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
