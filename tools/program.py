@@ -52,9 +52,6 @@ class ProgramRun:
     def kubernetes_objects(self) -> list[Declared]:
         return sorted((r for r in self.resources if r.is_kubernetes_object), key=lambda r: (r.type, r.name))
 
-    def by_urn(self, urn: str) -> Declared:
-        return next(r for r in self.resources if r.urn == urn)
-
     def of_type(self, type_token: str) -> list[Declared]:
         return [r for r in self.resources if r.type == type_token]
 
