@@ -14,6 +14,7 @@ from stack_config.names import (
     DEVICE_PLUGIN_LABEL,
     HOSTNAME_LABEL,
     device_plugin_name,
+    plugin_config_name,
     plugin_labels,
     runtime_class_name,
 )
@@ -85,19 +86,20 @@ class HiddenGpuNode(pulumi.ComponentResource):
         if node.exposed_gpus:
             self.runtime_class = _runtime_class(node, child)
             config = plugin_config(node)
+            # The operator's plugin must be gone before ours registers the same kubelet socket; on
+            # destroy Pulumi deletes ours first, then restores the label. The config, where there
+            # is one, must exist before the plugin's pods mount it.
+            needs: list[pulumi.Resource] = [self.label_patch]
             if config is not None:
                 self.plugin_config = _config_map(node, plugin_namespace, config, child)
+                needs.append(self.plugin_config)
             self.device_plugin = _device_plugin(
                 node,
                 plugin,
                 plugin_namespace,
                 self.runtime_class.metadata.name,
                 config=config,
-                # The operator's plugin must be gone before ours registers the same kubelet
-                # socket; on destroy Pulumi deletes ours first, then restores the label.
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[self.label_patch, *filter(None, [self.plugin_config])]
-                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
             )
 
         # Plain values, not Outputs: every name here is set explicitly above, and awaiting Outputs
@@ -160,7 +162,7 @@ def _config_map(
     return k8s.core.v1.ConfigMap(
         f"{node.name}-plugin-config",
         metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=f"{device_plugin_name(node.name)}-config", namespace=namespace, labels=plugin_labels(node.name)
+            name=plugin_config_name(node.name), namespace=namespace, labels=plugin_labels(node.name)
         ),
         data={PLUGIN_CONFIG_KEY: config},
         opts=opts,
@@ -213,7 +215,7 @@ def _volumes(
         volumes.append(
             k8s.core.v1.VolumeArgs(
                 name="plugin-config",
-                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=f"{device_plugin_name(node.name)}-config"),
+                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=plugin_config_name(node.name)),
             )
         )
         mounts.append(k8s.core.v1.VolumeMountArgs(name="plugin-config", mount_path=PLUGIN_CONFIG_DIR, read_only=True))

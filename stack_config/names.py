@@ -23,6 +23,10 @@ def device_plugin_name(node_name: str) -> str:
 RUNTIME_CLASS_PREFIX = "hidden-gpu-"
 
 
+def plugin_config_name(node_name: str) -> str:
+    return f"{device_plugin_name(node_name)}-config"
+
+
 def runtime_class_name(node_name: str) -> str:
     return f"{RUNTIME_CLASS_PREFIX}{node_name}"
 
