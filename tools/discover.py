@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tools.hostcli import UsageError, run, stack_node
+from tools.cli import UsageError, format_table
+from tools.hostcli import run, stack_node
 from tools.nvml import EXIT_FINDING, EXIT_OK, Gpu, list_gpus, load_nvml, session
 
 GIB = 1024**3
@@ -31,8 +32,7 @@ def table(gpus: list[Gpu]) -> str:
             (str(gpu.index), gpu.uuid, gpu.name, gpu.pci_bus_id, f"{gpu.memory_total_bytes / GIB:.1f} GiB", mig)
         )
         rows += [("", f"  {mig_device.uuid}", "", "", "", "") for mig_device in gpu.mig_devices]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return format_table(rows)
 
 
 def parse_indices(text: str, gpus: list[Gpu]) -> list[int]:

@@ -3,19 +3,15 @@ one-line messages and exit statuses instead of tracebacks."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tools.cli import UsageError, print_errors
 from tools.nvml import EXIT_NO_GPU_ACCESS, EXIT_USAGE, NvmlUnavailableError
 
 if TYPE_CHECKING:
     from stack_config import NodeConfig
-
-
-class UsageError(Exception):
-    """Bad arguments or an unusable stack file; exit status 2."""
 
 
 def stack_node(stack_file: Path, node_name: str) -> NodeConfig:
@@ -38,12 +34,8 @@ def run(command: Callable[[], int]) -> int:
     try:
         return command()
     except NvmlUnavailableError as error:
-        return _fail(str(error), EXIT_NO_GPU_ACCESS)
+        print_errors(str(error))
+        return EXIT_NO_GPU_ACCESS
     except UsageError as error:
-        return _fail(str(error), EXIT_USAGE)
-
-
-def _fail(message: str, status: int) -> int:
-    for line in message.splitlines():
-        print(f"error: {line}", file=sys.stderr)
-    return status
+        print_errors(str(error))
+        return EXIT_USAGE

@@ -24,13 +24,10 @@ from stack_config import (
     quota_warnings,
     read_stack_file,
 )
+from tools.cli import UsageError, format_table, print_errors
 from tools.program import Declared, ProgramRun, run_program
 
 NODE_COMPONENT = "hidden-gpu:index:HiddenGpuNode"
-
-
-class UsageError(Exception):
-    """A problem with the command line or the output directory, not the stack."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +92,9 @@ def summary(rendered: Rendered, out_dir: Path) -> str:
         owned = sum(1 for r in rendered.run.kubernetes_objects if r.parent == components[node.name])
         counts = (len(node.exposed_gpus), node.advertised_gpus, len(node.hidden_gpus), owned)
         rows.append((node.name, *map(str, counts)))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [f"stack {rendered.stack_name}: {len(rendered.files)} objects written to {out_dir}"]
-    lines += [
-        "  " + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    lines = [
+        f"stack {rendered.stack_name}: {len(rendered.files)} objects written to {out_dir}",
+        format_table(rows, "  "),
     ]
     quotas = ", ".join(f"{ns}={limit}" for ns, limit in sorted(rendered.stack.quotas.items())) or "none"
     lines.append(f"  quotas (requests.nvidia.com/gpu): {quotas}")
@@ -118,8 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         rendered = render(stack_file)
         write(rendered, args.out)
     except (InvalidConfigError, UsageError) as error:
-        for line in str(error).splitlines():
-            print(f"error: {line}", file=sys.stderr)
+        print_errors(str(error))
         return 2
     print(summary(rendered, args.out))
     return 0

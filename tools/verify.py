@@ -22,6 +22,7 @@ from urllib3.exceptions import HTTPError
 
 from stack_config import InvalidConfigError, NodeConfig, find_stack_file, load_stack_file
 from stack_config.names import DEVICE_PLUGIN_LABEL, INSTANCE_LABEL, PART_OF, PART_OF_LABEL
+from tools.cli import format_table
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The GPU Operator's plugin DaemonSet labels its pods so.
@@ -41,7 +42,7 @@ class Check:
 
 
 def _ready(pod: Any) -> bool:
-    conditions = pod.status.conditions or [] if pod.status else []
+    conditions = (pod.status.conditions or []) if pod.status else []
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
@@ -76,8 +77,7 @@ def check_node(core: Any, node: NodeConfig, plugin_namespace: str) -> list[Check
 def table(checks: list[Check]) -> str:
     rows = [("NODE", "CHECK", "EXPECTED", "ACTUAL", "")]
     rows += [(c.node, c.what, c.expected, c.actual, "ok" if c.ok else "MISMATCH") for c in checks]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return format_table(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
