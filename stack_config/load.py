@@ -61,11 +61,19 @@ def load_stack_file(path: Path) -> StackConfig:
     return parse_project_config(read_stack_file(path))
 
 
+def stack_name_of(path: Path) -> str:
+    """The stack a file configures: Pulumi.<stack>.yaml, else the file's stem."""
+    name = path.name
+    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
+        return name[len("Pulumi.") :].rsplit(".", 1)[0]
+    return path.stem
+
+
 def find_stack_file(stack_name: str) -> Path:
     """stacks/Pulumi.<stack_name>.yaml, where `pulumi stack select` looks (stackConfigDir)."""
     path = STACKS_DIR / f"Pulumi.{stack_name}.yaml"
     if not path.is_file():
-        known = ", ".join(sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS_DIR.glob("Pulumi.*.yaml")))
+        known = ", ".join(sorted(stack_name_of(p) for p in STACKS_DIR.glob("Pulumi.*.yaml")))
         raise InvalidConfigError(
             [ConfigError(f"--stack {stack_name}", reason=f"no stack file {path.name} in stacks/ (stacks: {known})")]
         )

@@ -10,6 +10,7 @@ import argparse
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from stack_config import (
     parse_project_config,
     quota_warnings,
     read_stack_file,
+    stack_name_of,
 )
 from tools.cli import UsageError, format_table, print_errors
 from tools.program import Declared, ProgramRun, run_program
@@ -36,13 +38,6 @@ class Rendered:
     stack: StackConfig
     run: ProgramRun
     files: dict[str, dict[str, Any]]
-
-
-def stack_name_of(path: Path) -> str:
-    name = path.name
-    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
-        return name[len("Pulumi.") :].rsplit(".", 1)[0]
-    return path.stem
 
 
 def file_name(resource: Declared) -> str:
@@ -87,9 +82,11 @@ def write(rendered: Rendered, out_dir: Path) -> None:
 
 def summary(rendered: Rendered, out_dir: Path) -> str:
     components = {r.name: r.urn for r in rendered.run.of_type(NODE_COMPONENT)}
+    # Counted once: kubernetes_objects sorts on every access, and a fleet has thousands of nodes.
+    objects_of = Counter(r.parent for r in rendered.run.kubernetes_objects)
     rows: list[tuple[str, ...]] = [("node", "exposed", "advertised", "hidden", "objects")]
     for node in rendered.stack.nodes:
-        owned = sum(1 for r in rendered.run.kubernetes_objects if r.parent == components[node.name])
+        owned = objects_of[components[node.name]]
         counts = (len(node.exposed_gpus), node.advertised_gpus, len(node.hidden_gpus), owned)
         rows.append((node.name, *map(str, counts)))
     lines = [
