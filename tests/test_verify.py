@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from stack_config import load_stack_file
 from tests.fake_apiserver import kubeconfig_for, node, pod, serve
@@ -103,3 +104,15 @@ def test_unknown_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "nope" in err and err.count("\n") == 1
+
+
+def test_time_sliced_node_expects_exposed_times_replicas(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = yaml.safe_load(PROD.read_text())
+    stack["config"]["hidden-gpu:nodes"][0]["timeSlicing"] = {"replicas": 4}
+    stack_file = tmp_path / "Pulumi.sliced.yaml"
+    stack_file.write_text(yaml.safe_dump(stack))
+    nodes, pods = healthy()
+    nodes[0] = node("gpu-node-01", 8, OFF)  # 2 exposed GPUs, each advertised 4 times
+    with serve(tmp_path, nodes, pods) as kubeconfig:
+        assert verify.main(["--stack-file", str(stack_file), "--kubeconfig", str(kubeconfig)]) == 0
+    assert "MISMATCH" not in capsys.readouterr().out

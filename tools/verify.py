@@ -2,7 +2,8 @@
 
     python -m tools.verify --stack prod [--context admin@prod] [--kubeconfig PATH]
 
-Per node: capacity and allocatable nvidia.com/gpu equal the exposed count, the device-plugin
+Per node: capacity and allocatable nvidia.com/gpu equal what the stack advertises (exposed GPUs
+times time-slicing replicas), the device-plugin
 label is `false`, no GPU Operator device plugin runs there, and the pinned plugin pod is Ready.
 Kubeconfig and context are found as kubectl finds them. Exit 1 on any mismatch.
 """
@@ -53,7 +54,8 @@ def check_node(core: Any, node: NodeConfig, plugin_namespace: str) -> list[Check
         if error.status != 404:
             raise
         return [Check(node.name, "node exists", "yes", "no")]
-    expected_count = str(len(node.exposed_gpus))
+    # What the pinned plugin advertises: exposed GPUs times time-slicing replicas.
+    expected_count = str(node.advertised_gpus)
     capacity = (live.status.capacity or {}).get(GPU_RESOURCE, "0")
     allocatable = (live.status.allocatable or {}).get(GPU_RESOURCE, "0")
     label = (live.metadata.labels or {}).get(DEVICE_PLUGIN_LABEL, "<unset>")
