@@ -13,7 +13,13 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stack_config.names import OPERATOR_RUNTIME_CLASSES, PART_OF, PART_OF_LABEL, RUNTIME_CLASS_PREFIX
+from stack_config.names import (
+    OPERATOR_RUNTIME_CLASSES,
+    PART_OF,
+    PART_OF_LABEL,
+    RUNTIME_CLASS_PREFIX,
+    SYS_ADMIN_CAPABILITIES,
+)
 
 POLICY_NAME = "hidden-gpu-access-guard"
 VALIDATION_ACTIONS = {"enforce": ["Deny"], "warn": ["Warn", "Audit"], "audit": ["Audit"]}
@@ -98,7 +104,7 @@ RULES = [
         "sys-admin",
         "!variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.capabilities)"
         " && has(c.securityContext.capabilities.add)"
-        " && c.securityContext.capabilities.add.exists(a, a in ['SYS_ADMIN', 'CAP_SYS_ADMIN', 'ALL']))",
+        f" && c.securityContext.capabilities.add.exists(a, a in {_cel_list(list(SYS_ADMIN_CAPABILITIES))}))",
         "the NVIDIA toolkit treats SYS_ADMIN as privileged (every GPU): drop it and request "
         "resources.limits['nvidia.com/gpu']",
     ),

@@ -15,7 +15,7 @@ from pulumi_policy import (
 )
 
 from stack_config.models import GPU_UUID, MIG_UUID
-from stack_config.names import DEVICE_PLUGIN_LABEL, HOSTNAME_LABEL, OPERATOR_RUNTIME_CLASSES
+from stack_config.names import DEVICE_PLUGIN_LABEL, HOSTNAME_LABEL, OPERATOR_RUNTIME_CLASSES, SYS_ADMIN_CAPABILITIES
 
 DAEMONSET = "kubernetes:apps/v1:DaemonSet"
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
@@ -55,7 +55,7 @@ def plugin_unprivileged(args: ResourceValidationArgs, report_violation: ReportVi
         added = (security.get("capabilities") or {}).get("add") or []
         mig = _env(container).get("MIG_STRATEGY") in ("single", "mixed")
         # MIG monitoring needs SYS_ADMIN; the stack config keeps a MIG GPU whole on one side for it.
-        if {"SYS_ADMIN", "CAP_SYS_ADMIN", "ALL"} & set(added) and not mig:
+        if set(SYS_ADMIN_CAPABILITIES) & set(added) and not mig:
             report_violation(
                 f"device plugin container '{container.get('name')}' adds SYS_ADMIN without a MIG strategy: "
                 "the toolkit treats it as privileged",

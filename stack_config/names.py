@@ -10,6 +10,8 @@ INSTANCE_LABEL = "app.kubernetes.io/instance"
 PART_OF = "hidden-gpu"
 PLUGIN_NAME_LABEL = "app.kubernetes.io/name"
 PLUGIN_NAME = "nvidia-device-plugin"
+# Capability names that grant SYS_ADMIN, which the NVIDIA toolkit treats as privileged.
+SYS_ADMIN_CAPABILITIES = ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL")
 # RuntimeClasses the GPU Operator creates and owns: never create or take over these.
 OPERATOR_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 
