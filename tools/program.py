@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import runpy
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,8 @@ from pulumi.runtime.sync_await import _sync_await
 from stack_config import PROJECT
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
+# A collection threshold no run reaches.
+NEVER = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -90,21 +91,29 @@ class _RecordingMonitor(MockMonitor):
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pulumi's runtime keeps every resource's futures alive until the run ends; the cyclic
-    collector rescanning that growing heap made a run superlinear in the number of resources."""
-    gc.disable()
+def _young_collections_only() -> Iterator[None]:
+    """Pulumi's runtime keeps every resource's futures alive until the run ends, and its Outputs
+    leave cyclic garbage behind (about 1,200 objects per node). Rescanning the growing heap of
+    long-lived objects made a run superlinear; pausing the collector instead let the garbage pile
+    up into one 2 s pass at 1000 nodes. Collecting only the youngest generation frees the garbage
+    while it is young and never rescans what the run keeps."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(thresholds[0], NEVER, NEVER)
     try:
         yield
     finally:
-        gc.enable()
+        gc.set_threshold(*thresholds)
 
 
 def run_program(config: Mapping[str, Any], stack: str) -> ProgramRun:
     """Run __main__.py with a stack's `config:` map; raises whatever the program raises."""
 
+    code = compile(PROGRAM.read_text(), PROGRAM, "exec")
+
+    # As `runpy.run_path(PROGRAM, run_name="__main__")` would run it, three frames shallower: the
+    # SDK walks the whole stack at every registration to record where a resource was declared.
     def program() -> None:
-        runpy.run_path(str(PROGRAM), run_name="__main__")
+        exec(code, {"__name__": "__main__", "__file__": str(PROGRAM)})
 
     return run_callable(program, stack, config)
 
@@ -121,10 +130,21 @@ def run_callable(program: Callable[[], None], stack: str, config: Mapping[str, A
 
     async def resolve_outputs() -> None:
         root = pulumi_settings.get_root_resource()
-        exported = getattr(root, "outputs", {})
-        run.outputs.update(await pulumi.Output.from_input(exported).future() or {})
+        run.outputs.update(await _resolved(getattr(root, "outputs", {})))
 
-    with _collector_paused():
+    with _young_collections_only():
         _sync_await(run_pulumi_func(program))
-    _sync_await(run_pulumi_func(resolve_outputs))
+        _sync_await(run_pulumi_func(resolve_outputs))
     return run
+
+
+async def _resolved(value: Any) -> Any:
+    """An exported value with its Outputs awaited. Output.from_input would do it too, but it wraps
+    every plain value of the export in an Output of its own: 0.4 s for 1000 nodes' summaries."""
+    if isinstance(value, pulumi.Output):
+        return await _resolved(await value.future())
+    if isinstance(value, Mapping):
+        return {key: await _resolved(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [await _resolved(item) for item in value]
+    return value
