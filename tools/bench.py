@@ -114,19 +114,25 @@ def measure(kind: str, nodes: int) -> dict[str, Any]:
 
 
 def rows(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
-    """Medians of `repeat` alternating runs: a shared 2-core machine varies by 20% run to run."""
+    """Medians of `repeat` runs of each side. A shared 2-core machine drifts by 20% from minute to
+    minute, so the two sides run back to back, in turns first, and the ratio is the median of
+    each pair's ratio rather than a ratio of medians taken minutes apart."""
     table = []
     for nodes in sizes:
-        runs = [(measure("program", nodes), measure("baseline", nodes)) for _ in range(repeat)]
-        program = statistics.median(p["seconds"] for p, _ in runs)
-        baseline = statistics.median(b["seconds"] for _, b in runs)
+        pairs = []
+        for turn in range(repeat):
+            if turn % 2:
+                baseline, program = measure("baseline", nodes), measure("program", nodes)
+            else:
+                program, baseline = measure("program", nodes), measure("baseline", nodes)
+            pairs.append((program, baseline))
         table.append(
             {
                 "nodes": nodes,
-                "programSeconds": round(program, 3),
-                "baselineSeconds": round(baseline, 3),
-                "ratio": round(program / baseline, 2),
-                "peakMemoryBytes": max(p["peakMemoryBytes"] for p, _ in runs),
+                "programSeconds": round(statistics.median(p["seconds"] for p, _ in pairs), 3),
+                "baselineSeconds": round(statistics.median(b["seconds"] for _, b in pairs), 3),
+                "ratio": round(statistics.median(p["seconds"] / b["seconds"] for p, b in pairs), 2),
+                "peakMemoryBytes": max(p["peakMemoryBytes"] for p, _ in pairs),
             }
         )
     return table
