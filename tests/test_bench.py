@@ -1,14 +1,18 @@
-"""tools.bench: the baseline declares exactly the program's objects, and the command runs."""
+"""tools.bench and the mock harness it times: the baseline declares exactly the program's objects,
+the command runs, and a run resolves exports and leaves the collector as it was."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pulumi
+
 from tools.bench import baseline_objects, synthetic_stack
-from tools.program import run_program
+from tools.program import run_callable, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,3 +48,29 @@ def test_bench_rejects_bad_sizes() -> None:
         [sys.executable, "-m", "tools.bench", "--nodes", "ten"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 2 and result.stderr.startswith("error: --nodes ten")
+
+
+def test_exported_outputs_are_resolved_to_plain_values() -> None:
+    def program() -> None:
+        names = pulumi.Output.from_input(["gpu-node-01"])
+        pulumi.export("nodes", {"names": names, "count": names.apply(len), "note": None})
+
+    assert run_callable(program, "bench").outputs == {"nodes": {"names": ["gpu-node-01"], "count": 1, "note": None}}
+
+
+def test_a_run_collects_young_garbage_only_and_restores_the_collector() -> None:
+    seen = {}
+
+    def program() -> None:
+        before = gc.get_stats()[0]["collections"]
+        for _ in range(10_000):
+            cycle: list[object] = []
+            cycle.append(cycle)
+        seen["young collections"] = gc.get_stats()[0]["collections"] - before
+        seen["older generations' thresholds"] = min(gc.get_threshold()[1:])
+
+    thresholds = gc.get_threshold()
+    run_callable(program, "bench")
+    assert seen["young collections"] > 0  # garbage does not pile up until the end
+    assert seen["older generations' thresholds"] > 10**6  # what the run keeps is not rescanned
+    assert gc.get_threshold() == thresholds
