@@ -12,8 +12,10 @@ process's maximum resident set.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import re
 import resource
 import statistics
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,19 +93,39 @@ def run_baseline(objects: list[tuple[str, str, dict[str, Any]]]) -> None:
     run_callable(declare, "bench")
 
 
-def _worker(kind: str, nodes: int) -> dict[str, Any]:
+def _worker(kind: str, nodes: int, *, callgrind: bool = False) -> dict[str, Any]:
     # Both sides start warm: every module imported and the runtime exercised once.
     run_program(synthetic_stack(1), "warm-up")
     if kind == "program":
         config = synthetic_stack(nodes)
-        start = time.perf_counter()
-        run_program(config, "bench")
+        with _timed(callgrind) as elapsed:
+            run_program(config, "bench")
     else:
         objects = baseline_objects(nodes)
-        start = time.perf_counter()
-        run_baseline(objects)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peakMemoryBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        with _timed(callgrind) as elapsed:
+            run_baseline(objects)
+    return {"seconds": elapsed[0], "peakMemoryBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+@contextlib.contextmanager
+def _timed(callgrind: bool) -> Iterator[list[float]]:
+    """Seconds spent in the block; under `valgrind --tool=callgrind --instr-atstart=no`, also the
+    only part whose instructions are counted (scripts/bench_instructions.sh): a count that the
+    machine's drift does not move."""
+    elapsed: list[float] = []
+    if callgrind:
+        _callgrind_instrumentation("on")
+    start = time.perf_counter()
+    try:
+        yield elapsed
+    finally:
+        elapsed.append(time.perf_counter() - start)
+        if callgrind:
+            _callgrind_instrumentation("off")
+
+
+def _callgrind_instrumentation(state: str) -> None:
+    subprocess.run(["callgrind_control", "--instr", state, str(os.getpid())], check=True, capture_output=True)
 
 
 def measure(kind: str, nodes: int) -> dict[str, Any]:
@@ -155,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--repeat", type=int, default=3, help="runs per size; the table shows medians")
     parser.add_argument("--worker", choices=["program", "baseline"], help=argparse.SUPPRESS)
+    parser.add_argument("--callgrind", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         sizes = [int(n) for n in args.nodes.split(",")]
@@ -165,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --nodes {args.nodes}: sizes must be at least 1", file=sys.stderr)
         return 2
     if args.worker:
-        print(json.dumps(_worker(args.worker, sizes[0])))
+        print(json.dumps(_worker(args.worker, sizes[0], callgrind=args.callgrind)))
         return 0
     table = rows(sizes, max(1, args.repeat))
     print(json.dumps(table, indent=2) if args.json else text(table))
