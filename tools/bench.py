@@ -6,7 +6,7 @@ For each size, a synthetic stack of that many 8-GPU nodes (2 exposed, 6 hidden) 
 the real program under Pulumi's mocks; the baseline declares the very same Kubernetes objects
 directly with pulumi-kubernetes (no validation, no components), also under Pulumi's mocks. Each
 measurement runs in a fresh interpreter, warmed up and timed after imports; peak memory is that
-process's maximum resident set.
+process's maximum resident set. scripts/bench_instructions.sh counts instructions instead.
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1,10,100,1000", help="comma-separated stack sizes")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per size; the table shows medians")
+    parser.add_argument("--repeat", type=int, default=3, help="program/baseline pairs per size")
     parser.add_argument("--worker", choices=["program", "baseline"], help=argparse.SUPPRESS)
     parser.add_argument("--callgrind", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
