@@ -163,6 +163,11 @@ class NodeConfig(_Model):
     mig_devices: dict[GpuUuid, list[MigUuid]] = Field(default_factory=dict)
 
     @property
+    def roles(self) -> dict[str, str]:
+        """Every GPU or MIG device the node lists, and whether it is `exposed` or `hidden`."""
+        return {uuid: "exposed" for uuid in self.exposed_gpus} | {uuid: "hidden" for uuid in self.hidden_gpus}
+
+    @property
     def replicas(self) -> int:
         return self.time_slicing.replicas if self.time_slicing else 1
 
@@ -260,7 +265,7 @@ def _check_mig(node: NodeConfig, node_path: str, place_of: dict[str, str]) -> No
                     config_key(f"{node_path}.migDevices.{parent}[{index}]"), mig, f"also listed under {parent_of[mig]}"
                 )
             parent_of[mig] = parent
-    side_of = {uuid: "exposed" for uuid in node.exposed_gpus} | {uuid: "hidden" for uuid in node.hidden_gpus}
+    side_of = node.roles
     for uuid in side_of:
         if not uuid.startswith("MIG-"):
             continue

@@ -74,7 +74,7 @@ def stack_entry(node: str, gpus: list[Gpu], exposed_indices: list[int]) -> str:
 def check(stack_file: Path, node_name: str, gpus: list[Gpu]) -> tuple[str, bool]:
     """Does the stack name exactly this host's GPUs for this node? Returns (report, all_ok)."""
     node = stack_node(stack_file, node_name)
-    listed = {uuid: "exposed" for uuid in node.exposed_gpus} | {uuid: "hidden" for uuid in node.hidden_gpus}
+    listed = node.roles
     on_host = {gpu.uuid for gpu in gpus} | {mig.uuid for gpu in gpus for mig in gpu.mig_devices}
     lines = [f"node {node_name} in {stack_file} against this host ({len(gpus)} GPUs):"]
     problems = 0
