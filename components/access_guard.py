@@ -23,9 +23,9 @@ from stack_config.names import (
 
 POLICY_NAME = "hidden-gpu-access-guard"
 VALIDATION_ACTIONS = {"enforce": ["Deny"], "warn": ["Warn", "Audit"], "audit": ["Audit"]}
-# Host paths that lead to GPU device nodes or to the toolkit's device-request mounts.
-GPU_HOST_PATHS = ["/dev", "/run/nvidia-container-devices", "/var/run/nvidia-container-devices"]
 DEVICE_REQUEST_MOUNTS = ["/run/nvidia-container-devices", "/var/run/nvidia-container-devices"]
+# Host paths that lead to GPU device nodes or to the toolkit's device-request mounts.
+GPU_HOST_PATHS = ["/dev", *DEVICE_REQUEST_MOUNTS]
 
 
 def _cel_list(values: list[str]) -> str:

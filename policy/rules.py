@@ -126,7 +126,7 @@ RESOURCE_VALIDATORS: dict[str, tuple[str, Validator]] = {
         plugin_pinned_to_one_node,
     ),
     "no-operator-runtime-class": (
-        "No RuntimeClass named nvidia, nvidia-cdi or nvidia-legacy.",
+        f"No RuntimeClass named {', '.join(OPERATOR_RUNTIME_CLASSES)}.",
         no_operator_runtime_class,
     ),
 }
