@@ -12,7 +12,6 @@ process's maximum resident set. scripts/bench_instructions.sh counts instruction
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
@@ -23,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,30 +97,27 @@ def _worker(kind: str, nodes: int, *, callgrind: bool = False) -> dict[str, Any]
     run_program(synthetic_stack(1), "warm-up")
     if kind == "program":
         config = synthetic_stack(nodes)
-        with _timed(callgrind) as elapsed:
-            run_program(config, "bench")
+        seconds = _timed(lambda: run_program(config, "bench"), callgrind)
     else:
         objects = baseline_objects(nodes)
-        with _timed(callgrind) as elapsed:
-            run_baseline(objects)
-    return {"seconds": elapsed[0], "peakMemoryBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        seconds = _timed(lambda: run_baseline(objects), callgrind)
+    return {"seconds": seconds, "peakMemoryBytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
-@contextlib.contextmanager
-def _timed(callgrind: bool) -> Iterator[list[float]]:
-    """Seconds spent in the block; under `valgrind --tool=callgrind --instr-atstart=no`, also the
-    only part whose instructions are counted (scripts/bench_instructions.sh): a count that the
+def _timed(action: Callable[[], object], callgrind: bool) -> float:
+    """Seconds `action` takes; under `valgrind --tool=callgrind --instr-atstart=no`, also the only
+    part whose instructions are counted (scripts/bench_instructions.sh): a count that the
     machine's drift does not move."""
-    elapsed: list[float] = []
     if callgrind:
         _callgrind_instrumentation("on")
     start = time.perf_counter()
     try:
-        yield elapsed
+        action()
     finally:
-        elapsed.append(time.perf_counter() - start)
+        seconds = time.perf_counter() - start
         if callgrind:
             _callgrind_instrumentation("off")
+    return seconds
 
 
 def _callgrind_instrumentation(state: str) -> None:
