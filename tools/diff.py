@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from tools.cli import print_errors
+
 _ABSENT = object()
 
 
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(diff(args.base, args.head))
     except FileNotFoundError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_errors(str(error))
         return 2
     return 0
 

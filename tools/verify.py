@@ -23,7 +23,7 @@ from urllib3.exceptions import HTTPError
 
 from stack_config import InvalidConfigError, NodeConfig, find_stack_file, load_stack_file
 from stack_config.names import DEVICE_PLUGIN_LABEL, INSTANCE_LABEL, PART_OF, PART_OF_LABEL
-from tools.cli import format_table
+from tools.cli import format_table, print_errors
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The GPU Operator's plugin DaemonSet labels its pods so.
@@ -97,13 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         core = client.CoreV1Api()
         checks = [c for node in stack.nodes for c in check_node(core, node, stack.device_plugin.namespace)]
     except (InvalidConfigError, ConfigException) as error:
-        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)
+        print_errors(str(error).splitlines()[0])
         return 2
     except ApiException as error:
-        print(f"error: the API server answered {error.status} {error.reason}", file=sys.stderr)
+        print_errors(f"the API server answered {error.status} {error.reason}")
         return 3
     except HTTPError as error:
-        print(f"error: cannot reach the API server: {error}", file=sys.stderr)
+        print_errors(f"cannot reach the API server: {error}")
         return 3
     print(table(checks))
     failed = [c for c in checks if not c.ok]
