@@ -19,8 +19,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tools.cli import EXIT_FINDING, EXIT_OK
 from tools.hostcli import run, stack_node
-from tools.nvml import EXIT_FINDING, EXIT_OK, gpu_processes, list_gpus, load_nvml, session
+from tools.nvml import gpu_processes, list_gpus, load_nvml, session
 
 # The kubelet names pod cgroups `pod<uid>` (cgroupfs driver) or `kubepods-<qos>-pod<uid_with_underscores>.slice`
 # (systemd driver); the container's cgroup is its 64-hex id, bare (cgroupfs) or wrapped by the runtime

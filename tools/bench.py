@@ -29,6 +29,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from tools.cli import EXIT_OK, EXIT_USAGE
 from tools.program import run_callable, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,16 +180,16 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [int(n) for n in args.nodes.split(",")]
     except ValueError:
         print(f"error: --nodes {args.nodes}: expected whole numbers, e.g. 1,10,100", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if any(n < 1 for n in sizes):
         print(f"error: --nodes {args.nodes}: sizes must be at least 1", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.worker:
         print(json.dumps(_worker(args.worker, sizes[0], callgrind=args.callgrind)))
-        return 0
+        return EXIT_OK
     table = rows(sizes, max(1, args.repeat))
     print(json.dumps(table, indent=2) if args.json else text(table))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -8,9 +8,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+# Exit statuses, the same for every tool.
+EXIT_OK = 0
+EXIT_FINDING = 1  # the check ran and found a mismatch or a violation
+EXIT_USAGE = 2  # bad arguments, an invalid stack file, an unusable directory or kubeconfig
+EXIT_UNAVAILABLE = 3  # what the tool reads cannot answer: NVML on a GPU host, the API server for verify
+
 
 class UsageError(Exception):
-    """Bad arguments, an unusable output directory or stack file; exit status 2."""
+    """Bad arguments, an unusable output directory or stack file: EXIT_USAGE."""
 
 
 def print_errors(message: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tools.cli import print_errors
+from tools.cli import EXIT_OK, EXIT_USAGE, print_errors
 
 _ABSENT = object()
 
@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         print(diff(args.base, args.head))
     except FileNotFoundError as error:
         print_errors(str(error))
-        return 2
-    return 0
+        return EXIT_USAGE
+    return EXIT_OK
 
 
 if __name__ == "__main__":

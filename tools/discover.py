@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tools.cli import UsageError, format_table
+from tools.cli import EXIT_FINDING, EXIT_OK, UsageError, format_table
 from tools.hostcli import run, stack_node
-from tools.nvml import EXIT_FINDING, EXIT_OK, Gpu, list_gpus, load_nvml, session
+from tools.nvml import Gpu, list_gpus, load_nvml, session
 
 GIB = 1024**3
 

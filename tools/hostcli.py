@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tools.cli import UsageError, print_errors
-from tools.nvml import EXIT_NO_GPU_ACCESS, EXIT_USAGE, NvmlUnavailableError
+from tools.cli import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, print_errors
+from tools.nvml import NvmlUnavailableError
 
 if TYPE_CHECKING:
     from stack_config import NodeConfig
@@ -35,7 +35,7 @@ def run(command: Callable[[], int]) -> int:
         return command()
     except NvmlUnavailableError as error:
         print_errors(str(error))
-        return EXIT_NO_GPU_ACCESS
+        return EXIT_UNAVAILABLE
     except UsageError as error:
         print_errors(str(error))
         return EXIT_USAGE

@@ -13,12 +13,6 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-# Exit statuses shared by the host tools.
-EXIT_OK = 0
-EXIT_FINDING = 1  # the check ran and found a mismatch or a violation
-EXIT_USAGE = 2  # bad arguments or an invalid stack file
-EXIT_NO_GPU_ACCESS = 3  # NVML could not be used: no driver, no permission, NVML error
-
 
 class NvmlUnavailableError(Exception):
     """NVML cannot answer on this machine; the message says why and what to do."""

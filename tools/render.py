@@ -26,7 +26,7 @@ from stack_config import (
     read_stack_file,
     stack_name_of,
 )
-from tools.cli import UsageError, format_table, print_errors
+from tools.cli import EXIT_OK, EXIT_USAGE, UsageError, format_table, print_errors
 from tools.program import Declared, ProgramRun, run_program
 
 NODE_COMPONENT = "hidden-gpu:index:HiddenGpuNode"
@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         write(rendered, args.out)
     except (InvalidConfigError, UsageError) as error:
         print_errors(str(error))
-        return 2
+        return EXIT_USAGE
     print(summary(rendered, args.out))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 Per node: capacity and allocatable nvidia.com/gpu equal what the stack advertises (exposed GPUs
 times time-slicing replicas), the device-plugin
 label is `false`, no GPU Operator device plugin runs there, and the pinned plugin pod is Ready.
-Kubeconfig and context are found as kubectl finds them. Exit 1 on any mismatch.
+Kubeconfig and context are found as kubectl finds them. Exit 1 on any mismatch, 2 on an invalid
+stack file or kubeconfig, 3 when the API server cannot be reached or refuses.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from urllib3.exceptions import HTTPError
 
 from stack_config import InvalidConfigError, NodeConfig, find_stack_file, load_stack_file
 from stack_config.names import DEVICE_PLUGIN_LABEL, INSTANCE_LABEL, PART_OF, PART_OF_LABEL
-from tools.cli import format_table, print_errors
+from tools.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, format_table, print_errors
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # The GPU Operator's plugin DaemonSet labels its pods so.
@@ -98,17 +99,17 @@ def main(argv: list[str] | None = None) -> int:
         checks = [c for node in stack.nodes for c in check_node(core, node, stack.device_plugin.namespace)]
     except (InvalidConfigError, ConfigException) as error:
         print_errors(str(error).splitlines()[0])
-        return 2
+        return EXIT_USAGE
     except ApiException as error:
         print_errors(f"the API server answered {error.status} {error.reason}")
-        return 3
+        return EXIT_UNAVAILABLE
     except HTTPError as error:
         print_errors(f"cannot reach the API server: {error}")
-        return 3
+        return EXIT_UNAVAILABLE
     print(table(checks))
     failed = [c for c in checks if not c.ok]
     print(f"result: {len(failed)} mismatch(es) in {len(checks)} checks")
-    return 1 if failed else 0
+    return EXIT_FINDING if failed else EXIT_OK
 
 
 if __name__ == "__main__":
