@@ -14,8 +14,10 @@ from pydantic.alias_generators import to_camel
 
 from stack_config.errors import ConfigError, config_key
 
-GPU_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-MIG_UUID = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# A device UUID as NVML and `nvidia-smi -L` print it: a prefix, then lowercase hex in this shape.
+UUID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+GPU_UUID = re.compile("GPU-" + UUID_SHAPE.replace("x", "[0-9a-f]"))
+MIG_UUID = re.compile("MIG-" + UUID_SHAPE.replace("x", "[0-9a-f]"))
 # DNS-1123 label: what Kubernetes accepts as a namespace name.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # DNS-1123 subdomain: what Kubernetes accepts as a node name.
@@ -32,7 +34,7 @@ DEFAULT_CLUSTER_POLICY = "cluster-policy"
 def _reject_index(value: object) -> object:
     # YAML turns `- 3` into an int and `- "3"` into a str; both are a person thinking in indices.
     if isinstance(value, bool):
-        raise ValueError("not a GPU UUID: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+        raise ValueError(f"not a GPU UUID: expected GPU-{UUID_SHAPE}")
     if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
         raise ValueError(
             "a GPU index, not a UUID: indices can change across reboots and driver reloads, "
@@ -46,10 +48,7 @@ def _check_gpu_uuid(value: str) -> str:
     if value.lower() in ("all", "none", "void"):
         raise ValueError("not a GPU: list each GPU by its UUID")
     if not GPU_UUID.fullmatch(value):
-        raise ValueError(
-            "not a GPU UUID: expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lowercase "
-            "hex, as nvidia-smi -L prints it"
-        )
+        raise ValueError(f"not a GPU UUID: expected GPU-{UUID_SHAPE} in lowercase hex, as nvidia-smi -L prints it")
     return value
 
 
@@ -63,7 +62,7 @@ def _check_device_uuid(value: str) -> str:
 def _check_mig_uuid(value: str) -> str:
     if not MIG_UUID.fullmatch(value):
         raise ValueError(
-            "not a MIG device UUID: expected MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx in lowercase hex, "
+            f"not a MIG device UUID: expected MIG-{UUID_SHAPE} in lowercase hex, "
             "as nvidia-smi -L prints it under its GPU"
         )
     return value
