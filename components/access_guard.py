@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.hidden_gpu_node import DEVICE_REQUEST_DIR
 from stack_config.names import (
     OPERATOR_RUNTIME_CLASSES,
     PART_OF,
@@ -23,7 +24,8 @@ from stack_config.names import (
 
 POLICY_NAME = "hidden-gpu-access-guard"
 VALIDATION_ACTIONS = {"enforce": ["Deny"], "warn": ["Warn", "Audit"], "audit": ["Audit"]}
-DEVICE_REQUEST_MOUNTS = ["/run/nvidia-container-devices", "/var/run/nvidia-container-devices"]
+# The toolkit's device-request directory, in both spellings a pod may mount it by (/var/run is /run).
+DEVICE_REQUEST_MOUNTS = [DEVICE_REQUEST_DIR.removeprefix("/var"), DEVICE_REQUEST_DIR]
 # Host paths that lead to GPU device nodes or to the toolkit's device-request mounts.
 GPU_HOST_PATHS = ["/dev", *DEVICE_REQUEST_MOUNTS]
 
