@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +75,11 @@ def test_a_run_collects_young_garbage_only_and_restores_the_collector() -> None:
     assert seen["young collections"] > 0  # garbage does not pile up until the end
     assert seen["older generations' thresholds"] > 10**6  # what the run keeps is not rescanned
     assert gc.get_threshold() == thresholds
+
+
+def test_a_bench_worker_keeps_to_one_cpu() -> None:
+    # On a machine that allows one CPU only the test would prove nothing, so it says so by failing.
+    check = "import os; from tools.bench import pin_to_one_cpu; pin_to_one_cpu(); print(len(os.sched_getaffinity(0)))"
+    assert len(os.sched_getaffinity(0)) > 1
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "1"

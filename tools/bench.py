@@ -5,8 +5,8 @@
 For each size, a synthetic stack of that many 8-GPU nodes (2 exposed, 6 hidden) runs through
 the real program under Pulumi's mocks; the baseline declares the very same Kubernetes objects
 directly with pulumi-kubernetes (no validation, no components), also under Pulumi's mocks. Each
-measurement runs in a fresh interpreter, warmed up and timed after imports; peak memory is that
-process's maximum resident set. scripts/bench_instructions.sh counts instructions instead.
+measurement runs in a fresh interpreter pinned to one CPU, warmed up and timed after imports; peak
+memory is that process's maximum resident set. scripts/bench_instructions.sh counts instructions instead.
 """
 
 from __future__ import annotations
@@ -93,7 +93,17 @@ def run_baseline(objects: list[tuple[str, str, dict[str, Any]]]) -> None:
     run_callable(declare, "bench")
 
 
+def pin_to_one_cpu() -> None:
+    """Keep this process's threads on one CPU, as pyperf's --affinity does. Only one Python thread
+    runs at a time (the GIL), but the mock engine answers on executor threads, and a scheduler
+    that moves each hand-off to the other core adds cache traffic that varies from run to run and
+    weighs more on the side with more registrations per node (README, "Fleet size")."""
+    if hasattr(os, "sched_setaffinity"):  # Linux; elsewhere runs stay unpinned
+        os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
 def _worker(kind: str, nodes: int, *, callgrind: bool = False) -> dict[str, Any]:
+    pin_to_one_cpu()
     # Both sides start warm: every module imported and the runtime exercised once.
     run_program(synthetic_stack(1), "warm-up")
     if kind == "program":
@@ -172,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="1,10,100,1000", help="comma-separated stack sizes")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--repeat", type=int, default=3, help="program/baseline pairs per size")
+    parser.add_argument("--repeat", type=int, default=5, help="program/baseline pairs per size")
     parser.add_argument("--worker", choices=["program", "baseline"], help=argparse.SUPPRESS)
     parser.add_argument("--callgrind", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
