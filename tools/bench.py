@@ -29,7 +29,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tools.cli import EXIT_OK, EXIT_USAGE
+from tools.cli import EXIT_OK, EXIT_USAGE, print_errors
 from tools.program import run_callable, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,10 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes = [int(n) for n in args.nodes.split(",")]
     except ValueError:
-        print(f"error: --nodes {args.nodes}: expected whole numbers, e.g. 1,10,100", file=sys.stderr)
+        print_errors(f"--nodes {args.nodes}: expected whole numbers, e.g. 1,10,100")
         return EXIT_USAGE
     if any(n < 1 for n in sizes):
-        print(f"error: --nodes {args.nodes}: sizes must be at least 1", file=sys.stderr)
+        print_errors(f"--nodes {args.nodes}: sizes must be at least 1")
         return EXIT_USAGE
     if args.worker:
         print(json.dumps(_worker(args.worker, sizes[0], callgrind=args.callgrind)))
