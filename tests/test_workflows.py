@@ -65,6 +65,7 @@ def test_preview_runs_tests_comments_the_render_diff_and_previews_every_stack() 
     assert step["with"]["command"] == "preview" and step["with"]["comment-on-pr"] is True
     assert step["with"]["cloud-url"] == "${{ secrets.PULUMI_BACKEND_URL }}"
     assert step["env"]["KUBECONFIG"] == "${{ runner.temp }}/kubeconfig"
+    assert step["with"]["policyPacks"] == "policy"
 
 
 def test_up_is_guarded_by_an_environment() -> None:
@@ -75,3 +76,4 @@ def test_up_is_guarded_by_an_environment() -> None:
     assert up["environment"] == "${{ matrix.stack }}"
     (step,) = pulumi_steps(workflow, "up")
     assert step["with"]["command"] == "up"
+    assert step["with"]["policyPacks"] == "policy"
