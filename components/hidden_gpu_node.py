@@ -13,6 +13,7 @@ from stack_config import DevicePluginConfig, NodeConfig
 from stack_config.names import (
     DEVICE_PLUGIN_LABEL,
     HOSTNAME_LABEL,
+    PLUGIN_NAME,
     device_plugin_name,
     plugin_config_name,
     plugin_labels,
@@ -249,7 +250,7 @@ def _device_plugin(
     labels = plugin_labels(node.name)
     volumes, mounts = _volumes(node, plugin, config)
     container = k8s.core.v1.ContainerArgs(
-        name="nvidia-device-plugin",
+        name=PLUGIN_NAME,
         image=plugin.image,
         image_pull_policy="IfNotPresent",
         env=_env(node, plugin, config),

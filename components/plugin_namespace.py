@@ -35,9 +35,7 @@ class PluginNamespace(pulumi.ComponentResource):
             self.name = pulumi.Output.from_input(plugin.namespace)
         k8s.networking.v1.NetworkPolicy(
             f"{name}-no-network",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name="nvidia-device-plugin-no-network", namespace=self.name, labels=labels
-            ),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{PLUGIN_NAME}-no-network", namespace=self.name, labels=labels),
             spec=k8s.networking.v1.NetworkPolicySpecArgs(
                 pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={PLUGIN_NAME_LABEL: PLUGIN_NAME}),
                 policy_types=["Ingress", "Egress"],

@@ -17,7 +17,7 @@ OPERATOR_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 
 
 def device_plugin_name(node_name: str) -> str:
-    return f"nvidia-device-plugin-{node_name}"
+    return f"{PLUGIN_NAME}-{node_name}"
 
 
 # Every RuntimeClass this program creates starts so: it keeps clear of the operator's names, and

@@ -3,8 +3,8 @@
     python -m tools.verify --stack prod [--context admin@prod] [--kubeconfig PATH]
 
 Per node: capacity and allocatable nvidia.com/gpu equal what the stack advertises (exposed GPUs
-times time-slicing replicas), the device-plugin
-label is `false`, no GPU Operator device plugin runs there, and the pinned plugin pod is Ready.
+times time-slicing replicas), the device-plugin label is `false`, no GPU Operator device plugin
+runs there, and the pinned plugin pod is Ready.
 Kubeconfig and context are found as kubectl finds them. Exit 1 on any mismatch, 2 on an invalid
 stack file or kubeconfig, 3 when the API server cannot be reached or refuses.
 """
