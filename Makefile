@@ -22,7 +22,7 @@ $(SCAN_VENV)/.installed: requirements-scan.txt constraints-scan.txt
 	touch $@
 
 render: $(VENV)/.installed
-	$(PY) -m tools.render --stack $(STACK) --out $(OUT)
+	$(PY) -m offline.render --stack $(STACK) --out $(OUT)
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
@@ -39,7 +39,7 @@ scan: $(VENV)/.installed $(SCAN_VENV)/.installed
 	rm -rf $(SCAN_DIR)
 	for stack_file in stacks/Pulumi.*.yaml; do \
 		stack=$${stack_file#stacks/Pulumi.}; stack=$${stack%.yaml}; \
-		$(PY) -m tools.render --stack $$stack --out $(SCAN_DIR)/$$stack || exit 1; \
+		$(PY) -m offline.render --stack $$stack --out $(SCAN_DIR)/$$stack || exit 1; \
 	done
 	BC_SKIP_MAPPING=TRUE $(SCAN_VENV)/bin/checkov --directory $(SCAN_DIR) --framework kubernetes --compact --quiet
 

@@ -3,11 +3,23 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import AccessGuard, GpuQuotas, HiddenGpuNode, PluginNamespace, cluster_policy_patch
+from components import (
+    AccessGuard,
+    AccessGuardArgs,
+    GpuQuotas,
+    GpuQuotasArgs,
+    HiddenGpuNode,
+    HiddenGpuNodeArgs,
+    PluginNamespace,
+    PluginNamespaceArgs,
+    ToolkitSettings,
+    ToolkitSettingsArgs,
+)
+from components.sdk import full_config
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
 
 try:
-    stack = parse_project_config(pulumi.runtime.get_config_env() | pulumi.runtime.config.CONFIG.get())
+    stack = parse_project_config(full_config())
 except InvalidConfigError as error:
     raise pulumi.RunError(f"invalid stack config: {error}") from None
 
@@ -23,12 +35,19 @@ provider = k8s.Provider(
     cluster=cluster.get("cluster"),
 )
 with_provider = pulumi.ResourceOptions(provider=provider)
+plugin = stack.device_plugin
 
-namespace = PluginNamespace("device-plugin", stack.device_plugin, with_provider)
-nodes = [HiddenGpuNode(node, stack.device_plugin, namespace.name, with_provider) for node in stack.nodes]
-GpuQuotas("gpu-quotas", stack.quotas, with_provider)
-AccessGuard("access-guard", stack.guard.mode, stack.exempt_namespaces, with_provider)
+namespace = PluginNamespace(
+    "device-plugin", PluginNamespaceArgs(plugin.namespace, plugin.create_namespace), with_provider
+)
+nodes = [
+    HiddenGpuNode(node.name, HiddenGpuNodeArgs(node, plugin, namespace.name), with_provider) for node in stack.nodes
+]
+GpuQuotas("gpu-quotas", GpuQuotasArgs(stack.quotas), with_provider)
+AccessGuard("access-guard", AccessGuardArgs(stack.guard.mode, stack.exempt_namespaces), with_provider)
 if stack.cluster_policy.patch:
-    cluster_policy_patch(stack.cluster_policy.name, with_provider)
+    ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(stack.cluster_policy.name), with_provider)
 
-pulumi.export("nodes", {node.name: component.summary for node, component in zip(stack.nodes, nodes, strict=True)})
+pulumi.export(
+    "nodes", {node.name: component.summary.as_output() for node, component in zip(stack.nodes, nodes, strict=True)}
+)

@@ -1,9 +1,20 @@
-"""ComponentResources that turn a validated StackConfig into Kubernetes objects."""
+"""ComponentResources that turn a validated StackConfig into Kubernetes objects, each `(name, args, opts)`."""
 
-from components.access_guard import AccessGuard
-from components.cluster_policy import cluster_policy_patch
-from components.gpu_quotas import GpuQuotas
-from components.hidden_gpu_node import HiddenGpuNode
-from components.plugin_namespace import PluginNamespace
+from components.access_guard import AccessGuard, AccessGuardArgs
+from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
+from components.hidden_gpu_node import HiddenGpuNode, HiddenGpuNodeArgs
+from components.plugin_namespace import PluginNamespace, PluginNamespaceArgs
+from components.toolkit_settings import ToolkitSettings, ToolkitSettingsArgs
 
-__all__ = ["AccessGuard", "GpuQuotas", "HiddenGpuNode", "PluginNamespace", "cluster_policy_patch"]
+__all__ = [
+    "AccessGuard",
+    "AccessGuardArgs",
+    "GpuQuotas",
+    "GpuQuotasArgs",
+    "HiddenGpuNode",
+    "HiddenGpuNodeArgs",
+    "PluginNamespace",
+    "PluginNamespaceArgs",
+    "ToolkitSettings",
+    "ToolkitSettingsArgs",
+]

@@ -13,17 +13,19 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.hidden_gpu_node import DEVICE_REQUEST_DIR
-from stack_config.names import (
+from common.names import (
+    DEVICE_REQUEST_DIR,
     OPERATOR_RUNTIME_CLASSES,
     PART_OF,
     PART_OF_LABEL,
+    POLICY_NAME,
     RUNTIME_CLASS_PREFIX,
     SYS_ADMIN_CAPABILITIES,
+    GuardMode,
+    Token,
 )
 
-POLICY_NAME = "hidden-gpu-access-guard"
-VALIDATION_ACTIONS = {"enforce": ["Deny"], "warn": ["Warn", "Audit"], "audit": ["Audit"]}
+VALIDATION_ACTIONS = {GuardMode.ENFORCE: ["Deny"], GuardMode.WARN: ["Warn", "Audit"], GuardMode.AUDIT: ["Audit"]}
 # The toolkit's device-request directory, in both spellings a pod may mount it by (/var/run is /run).
 DEVICE_REQUEST_MOUNTS = [DEVICE_REQUEST_DIR.removeprefix("/var"), DEVICE_REQUEST_DIR]
 # Host paths that lead to GPU device nodes or to the toolkit's device-request mounts.
@@ -124,17 +126,25 @@ RULES = [
 ]
 
 
+@dataclass(frozen=True)
+class AccessGuardArgs:
+    mode: GuardMode
+    """enforce (deny), warn (admit, warn, audit) or audit (annotate only)."""
+    exempt_namespaces: list[str]
+    """Namespaces the guard does not check: trusted system namespaces and the plugin's."""
+
+
 class AccessGuard(pulumi.ComponentResource):
     """A ValidatingAdmissionPolicy over Pods (and `kubectl debug`'s ephemeral containers) plus its binding."""
 
-    def __init__(
-        self,
-        name: str,
-        mode: str,
-        exempt_namespaces: list[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("hidden-gpu:index:AccessGuard", name, None, opts)
+    policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+    """The rules, in standard CEL."""
+    binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+    """Binds the rules with the mode's validation actions."""
+
+    def __init__(self, name: str, args: AccessGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(Token.ACCESS_GUARD, name, None, opts)
+        mode, exempt_namespaces = args.mode, args.exempt_namespaces
         labels = {PART_OF_LABEL: PART_OF}
         self.policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             f"{name}-policy",
@@ -179,4 +189,4 @@ class AccessGuard(pulumi.ComponentResource):
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"policy": self.policy.metadata.name, "mode": mode})
+        self.register_outputs({"policy": self.policy.metadata.name, "mode": str(mode)})

@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stack_config.names import PART_OF, PART_OF_LABEL
+from common.names import GPU_QUOTA_KEY, PART_OF, PART_OF_LABEL, QUOTA_NAME, Token
 
-QUOTA_NAME = "hidden-gpu-quota"
-# Extended resources only take the `requests.` prefix in a ResourceQuota.
-GPU_QUOTA_KEY = "requests.nvidia.com/gpu"
+
+@dataclass(frozen=True)
+class GpuQuotasArgs:
+    quotas: dict[str, int]
+    """Namespace -> the most nvidia.com/gpu its pods may request together."""
 
 
 class GpuQuotas(pulumi.ComponentResource):
     """One ResourceQuota per namespace: a quota is namespace-wide, not per node."""
 
-    def __init__(self, name: str, quotas: dict[str, int], opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("hidden-gpu:index:GpuQuotas", name, None, opts)
+    quotas: dict[str, k8s.core.v1.ResourceQuota]
+    """The ResourceQuota of each namespace."""
+
+    def __init__(self, name: str, args: GpuQuotasArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(Token.GPU_QUOTAS, name, None, opts)
         self.quotas = {
             namespace: k8s.core.v1.ResourceQuota(
                 f"{namespace}-gpu-quota",
@@ -26,6 +33,6 @@ class GpuQuotas(pulumi.ComponentResource):
                 spec=k8s.core.v1.ResourceQuotaSpecArgs(hard={GPU_QUOTA_KEY: str(limit)}),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for namespace, limit in sorted(quotas.items())
+            for namespace, limit in sorted(args.quotas.items())
         }
-        self.register_outputs({"namespaces": sorted(quotas)})
+        self.register_outputs({"namespaces": sorted(args.quotas)})

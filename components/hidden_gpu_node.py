@@ -3,37 +3,39 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 
-from stack_config import DevicePluginConfig, NodeConfig
-from stack_config.names import (
+from common.names import (
+    CONFIG_CHECKSUM_ANNOTATION,
+    DEV_NULL,
     DEVICE_PLUGIN_LABEL,
+    DEVICE_REQUEST_DIR,
+    GPU_RESOURCE,
     HOSTNAME_LABEL,
+    KUBELET_DEVICE_PLUGINS,
+    NVIDIA_RUNTIME_HANDLER,
+    OPERAND_LABELS,
+    PATCH_FORCE_ANNOTATION,
+    PLUGIN_CONFIG_DIR,
+    PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
+    PLUGIN_PRIORITY_CLASS,
+    SCAN_SKIP_ANNOTATION_PREFIX,
+    VISIBLE_DEVICES_ENV,
+    DeviceListStrategy,
+    MigStrategy,
+    Token,
     device_plugin_name,
     plugin_config_name,
     plugin_labels,
     runtime_class_name,
 )
-
-KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
-# The toolkit reads a container's device requests from mounts below this path.
-DEVICE_REQUEST_DIR = "/var/run/nvidia-container-devices"
-OPERAND_LABELS = {
-    "gpu_feature_discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
-    "mig_manager": "nvidia.com/gpu.deploy.mig-manager",
-    "dcgm_exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
-}
-PLUGIN_CONFIG_DIR = "/etc/nvidia-device-plugin"
-PLUGIN_CONFIG_KEY = "config.yaml"
-# A changed config changes this pod-template annotation, so the DaemonSet rolls its pods.
-CONFIG_CHECKSUM_ANNOTATION = "hidden-gpu/plugin-config-sha256"
-# The GPU Operator installs the nvidia runtime under this containerd handler name.
-NVIDIA_RUNTIME_HANDLER = "nvidia"
+from stack_config.models import DevicePluginConfig, NodeConfig
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
 SCAN_EXCEPTIONS = {
@@ -53,20 +55,58 @@ PLUGIN_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
 )
 
 
+@dataclass(frozen=True)
+class HiddenGpuNodeArgs:
+    """What one shared GPU node needs."""
+
+    node: NodeConfig
+    """The node's stack entry: its name, exposed and hidden UUIDs, sharing and operand switches."""
+    plugin: DevicePluginConfig
+    """The stack-wide device-plugin settings (image, namespace, device-list strategy)."""
+    plugin_namespace: pulumi.Input[str]
+    """The namespace the plugin runs in: an Output of the PluginNamespace, so the plugin waits for it."""
+
+
+@dataclass(frozen=True)
+class NodeSummary:
+    """What the stack exports per node: plain values, known before anything is applied."""
+
+    exposed_uuids: list[str]
+    exposed_count: int
+    advertised_count: int
+    hidden_count: int
+    device_plugin: str | None
+    runtime_class: str | None
+
+    def as_output(self) -> dict[str, Any]:
+        return {
+            "exposedUuids": self.exposed_uuids,
+            "exposedCount": self.exposed_count,
+            "advertisedCount": self.advertised_count,
+            "hiddenCount": self.hidden_count,
+            "devicePlugin": self.device_plugin,
+            "runtimeClass": self.runtime_class,
+        }
+
+
 class HiddenGpuNode(pulumi.ComponentResource):
     """Stops the GPU Operator's all-GPU device plugin on one node and runs a plugin pinned to
     the exposed GPUs instead. A node with no exposed GPU gets only the label patch."""
 
-    summary: dict[str, Any]
+    label_patch: k8s.core.v1.NodePatch
+    """The operator's per-node switches: its device plugin off, other operands as configured."""
+    runtime_class: k8s.node.v1.RuntimeClass | None
+    """The node's RuntimeClass (handler nvidia, scheduled onto this node); None without exposed GPUs."""
+    plugin_config: k8s.core.v1.ConfigMap | None
+    """The plugin's config file, where the node time-slices."""
+    device_plugin: k8s.apps.v1.DaemonSet | None
+    """The pinned, unprivileged device plugin; None without exposed GPUs."""
+    summary: NodeSummary
+    """The node's exported summary (exposed UUIDs, counts, object names)."""
 
-    def __init__(
-        self,
-        node: NodeConfig,
-        plugin: DevicePluginConfig,
-        plugin_namespace: pulumi.Input[str],
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        super().__init__("hidden-gpu:index:HiddenGpuNode", node.name, None, opts)
+    def __init__(self, name: str, args: HiddenGpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(Token.HIDDEN_GPU_NODE, name, None, opts)
+        node, plugin = args.node, args.plugin
         child = pulumi.ResourceOptions(parent=self)
 
         self.label_patch = k8s.core.v1.NodePatch(
@@ -76,14 +116,14 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 labels=operator_labels(node),
                 # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
                 # force, server-side apply would refuse to take that field over.
-                annotations={"pulumi.com/patchForce": "true"},
+                annotations={PATCH_FORCE_ANNOTATION: "true"},
             ),
             opts=child,
         )
 
-        self.runtime_class: k8s.node.v1.RuntimeClass | None = None
-        self.plugin_config: k8s.core.v1.ConfigMap | None = None
-        self.device_plugin: k8s.apps.v1.DaemonSet | None = None
+        self.runtime_class = None
+        self.plugin_config = None
+        self.device_plugin = None
         if node.exposed_gpus:
             self.runtime_class = _runtime_class(node, child)
             config = plugin_config(node)
@@ -92,28 +132,27 @@ class HiddenGpuNode(pulumi.ComponentResource):
             # is one, must exist before the plugin's pods mount it.
             needs: list[pulumi.Resource] = [self.label_patch]
             if config is not None:
-                self.plugin_config = _config_map(node, plugin_namespace, config, child)
+                self.plugin_config = _config_map(node, args.plugin_namespace, config, child)
                 needs.append(self.plugin_config)
             self.device_plugin = _device_plugin(
                 node,
                 plugin,
-                plugin_namespace,
+                args.plugin_namespace,
                 self.runtime_class.metadata.name,
                 config=config,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
             )
 
-        # Plain values, not Outputs: every name here is set explicitly above, and awaiting Outputs
-        # that only wrap known values was about 40% of the program's cost per node (300 nodes).
-        self.summary = {
-            "exposedUuids": list(node.exposed_gpus),
-            "exposedCount": len(node.exposed_gpus),
-            "advertisedCount": node.advertised_gpus,
-            "hiddenCount": len(node.hidden_gpus),
-            "devicePlugin": device_plugin_name(node.name) if node.exposed_gpus else None,
-            "runtimeClass": runtime_class_name(node.name) if node.exposed_gpus else None,
-        }
-        self.register_outputs(self.summary)
+        # Plain values, not Outputs: every name here is set explicitly above (docs/performance.md).
+        self.summary = NodeSummary(
+            exposed_uuids=list(node.exposed_gpus),
+            exposed_count=len(node.exposed_gpus),
+            advertised_count=node.advertised_gpus,
+            hidden_count=len(node.hidden_gpus),
+            device_plugin=device_plugin_name(node.name) if node.exposed_gpus else None,
+            runtime_class=runtime_class_name(node.name) if node.exposed_gpus else None,
+        )
+        self.register_outputs(self.summary.as_output())
 
 
 def operator_labels(node: NodeConfig) -> dict[str, str]:
@@ -133,12 +172,12 @@ def plugin_config(node: NodeConfig) -> str | None:
     sharing = node.time_slicing
     config = {
         "version": "v1",
-        "flags": {"migStrategy": node.mig_strategy},
+        "flags": {"migStrategy": str(node.mig_strategy)},
         "sharing": {
             "timeSlicing": {
                 "renameByDefault": sharing.rename_by_default,
                 "failRequestsGreaterThanOne": sharing.fail_requests_greater_than_one,
-                "resources": [{"name": "nvidia.com/gpu", "replicas": sharing.replicas}],
+                "resources": [{"name": GPU_RESOURCE, "replicas": sharing.replicas}],
             }
         },
     }
@@ -173,13 +212,13 @@ def _config_map(
 def _env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> list[k8s.core.v1.EnvVarArgs]:
     env = {
         # Also overrides the image's own `ENV NVIDIA_VISIBLE_DEVICES=all`.
-        "NVIDIA_VISIBLE_DEVICES": ",".join(node.exposed_gpus),
+        VISIBLE_DEVICES_ENV: ",".join(node.exposed_gpus),
         "DEVICE_ID_STRATEGY": "uuid",
-        "DEVICE_LIST_STRATEGY": plugin.device_list_strategy,
+        "DEVICE_LIST_STRATEGY": str(plugin.device_list_strategy),
         "FAIL_ON_INIT_ERROR": "true",
-        "MIG_STRATEGY": node.mig_strategy,
+        "MIG_STRATEGY": str(node.mig_strategy),
     }
-    if node.mig_strategy != "none":
+    if node.mig_strategy != MigStrategy.NONE:
         env["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
     if config is not None:
         env["CONFIG_FILE"] = f"{PLUGIN_CONFIG_DIR}/{PLUGIN_CONFIG_KEY}"
@@ -194,7 +233,7 @@ def _security_context(node: NodeConfig) -> k8s.core.v1.SecurityContextArgs:
     # unprivileged settings say. The plugin still sees only the GPUs it names (and every MIG
     # device of those GPUs, hence the config's split rule); tenants' SYS_ADMIN stays denied by
     # the access guard, which exempts only the plugin's namespace.
-    added = ["SYS_ADMIN"] if node.mig_strategy != "none" else None
+    added = ["SYS_ADMIN"] if node.mig_strategy != MigStrategy.NONE else None
     return k8s.core.v1.SecurityContextArgs(
         privileged=False,
         allow_privilege_escalation=False,
@@ -220,14 +259,14 @@ def _volumes(
             )
         )
         mounts.append(k8s.core.v1.VolumeMountArgs(name="plugin-config", mount_path=PLUGIN_CONFIG_DIR, read_only=True))
-    if plugin.device_list_strategy == "volume-mounts":
+    if plugin.device_list_strategy == DeviceListStrategy.VOLUME_MOUNTS:
         # The toolkit may ignore the env var for this unprivileged pod, so the pod asks for its
         # own GPUs the way the plugin answers allocations: /dev/null mounted per device.
         for uuid in node.exposed_gpus:
             volumes.append(
                 k8s.core.v1.VolumeArgs(
                     name=uuid.lower(),
-                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path="/dev/null", type="CharDevice"),
+                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=DEV_NULL, type="CharDevice"),
                 )
             )
             mounts.append(
@@ -261,13 +300,13 @@ def _device_plugin(
     pod_spec = k8s.core.v1.PodSpecArgs(
         node_selector={HOSTNAME_LABEL: node.name},
         runtime_class_name=runtime_class,
-        priority_class_name="system-node-critical",
+        priority_class_name=PLUGIN_PRIORITY_CLASS,
         # The plugin talks to the kubelet over its socket, never to the API server.
         automount_service_account_token=False,
         security_context=k8s.core.v1.PodSecurityContextArgs(
             seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
         ),
-        tolerations=[k8s.core.v1.TolerationArgs(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        tolerations=[k8s.core.v1.TolerationArgs(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")],
         containers=[container],
         volumes=volumes,
     )
@@ -294,4 +333,7 @@ def _device_plugin(
 def _scan_exceptions(image: str) -> dict[str, str]:
     """checkov's in-manifest skips (`checkov.io/skipN: CHECK=reason`), one per deliberate exception."""
     exceptions = list(SCAN_EXCEPTIONS.items()) + ([] if "@sha256:" in image else [DIGEST_EXCEPTION])
-    return {f"checkov.io/skip{n}": f"{check}={reason}" for n, (check, reason) in enumerate(exceptions, start=1)}
+    return {
+        f"{SCAN_SKIP_ANNOTATION_PREFIX}{n}": f"{check}={reason}"
+        for n, (check, reason) in enumerate(exceptions, start=1)
+    }

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_kubernetes as k8s
 
-from stack_config import DevicePluginConfig
-from stack_config.names import PART_OF, PART_OF_LABEL, PLUGIN_NAME, PLUGIN_NAME_LABEL
+from common.names import (
+    PART_OF,
+    PART_OF_LABEL,
+    PLUGIN_NAME,
+    PLUGIN_NAME_LABEL,
+    PLUGIN_NETWORK_POLICY,
+    POD_SECURITY_ENFORCE_LABEL,
+    Token,
+)
+
+
+@dataclass(frozen=True)
+class PluginNamespaceArgs:
+    namespace: str
+    """The namespace's name."""
+    create: bool
+    """Create it (True), or reuse an existing one (False)."""
 
 
 class PluginNamespace(pulumi.ComponentResource):
@@ -18,24 +35,27 @@ class PluginNamespace(pulumi.ComponentResource):
     """
 
     name: pulumi.Output[str]
+    """The namespace's name, resolved once it exists: plugins that use it wait for it."""
+    network_policy: k8s.networking.v1.NetworkPolicy
+    """No ingress, no egress for the plugin pods."""
 
-    def __init__(self, name: str, plugin: DevicePluginConfig, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("hidden-gpu:index:PluginNamespace", name, None, opts)
+    def __init__(self, name: str, args: PluginNamespaceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(Token.PLUGIN_NAMESPACE, name, None, opts)
         labels = {PART_OF_LABEL: PART_OF}
-        if plugin.create_namespace:
+        if args.create:
             namespace = k8s.core.v1.Namespace(
                 f"{name}-namespace",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=plugin.namespace, labels={**labels, "pod-security.kubernetes.io/enforce": "privileged"}
+                    name=args.namespace, labels={**labels, POD_SECURITY_ENFORCE_LABEL: "privileged"}
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             self.name = namespace.metadata.name
         else:
-            self.name = pulumi.Output.from_input(plugin.namespace)
-        k8s.networking.v1.NetworkPolicy(
+            self.name = pulumi.Output.from_input(args.namespace)
+        self.network_policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-no-network",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=f"{PLUGIN_NAME}-no-network", namespace=self.name, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=PLUGIN_NETWORK_POLICY, namespace=self.name, labels=labels),
             spec=k8s.networking.v1.NetworkPolicySpecArgs(
                 pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={PLUGIN_NAME_LABEL: PLUGIN_NAME}),
                 policy_types=["Ingress", "Egress"],

@@ -14,13 +14,17 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from common.names import (
+    DEVICE_PLUGIN_LABEL,
+    HOSTNAME_LABEL,
+    OPERATOR_RUNTIME_CLASSES,
+    PLUGIN_IMAGE_NAME,
+    SYS_ADMIN_CAPABILITIES,
+    VISIBLE_DEVICES_ENV,
+    MigStrategy,
+    Token,
+)
 from stack_config.models import GPU_UUID, MIG_UUID
-from stack_config.names import DEVICE_PLUGIN_LABEL, HOSTNAME_LABEL, OPERATOR_RUNTIME_CLASSES, SYS_ADMIN_CAPABILITIES
-
-DAEMONSET = "kubernetes:apps/v1:DaemonSet"
-NODE_PATCH = "kubernetes:core/v1:NodePatch"
-RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
-PLUGIN_IMAGE = "k8s-device-plugin"
 
 
 def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -29,11 +33,11 @@ def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _plugin_containers(resource_type: str, props: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The NVIDIA device-plugin containers of a DaemonSet, recognised by their image."""
-    if resource_type != DAEMONSET:
+    if resource_type != Token.DAEMONSET:
         return []
     pod = _pod_spec(props)
     containers = [*pod.get("initContainers", []), *pod.get("containers", [])]
-    return [c for c in containers if PLUGIN_IMAGE in str(c.get("image", ""))]
+    return [c for c in containers if PLUGIN_IMAGE_NAME in str(c.get("image", ""))]
 
 
 def _env(container: Mapping[str, Any]) -> dict[str, str | None]:
@@ -53,7 +57,7 @@ def plugin_unprivileged(args: ResourceValidationArgs, report_violation: ReportVi
                 f"device plugin container '{container.get('name')}' is privileged: it would see every GPU", None
             )
         added = (security.get("capabilities") or {}).get("add") or []
-        mig = _env(container).get("MIG_STRATEGY") in ("single", "mixed")
+        mig = _env(container).get("MIG_STRATEGY") in (MigStrategy.SINGLE, MigStrategy.MIXED)
         # MIG monitoring needs SYS_ADMIN; the stack config keeps a MIG GPU whole on one side for it.
         if set(SYS_ADMIN_CAPABILITIES) & set(added) and not mig:
             report_violation(
@@ -65,7 +69,7 @@ def plugin_unprivileged(args: ResourceValidationArgs, report_violation: ReportVi
 
 def plugin_devices_are_uuids(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     for container in _plugin_containers(args.resource_type, args.props):
-        value = _env(container).get("NVIDIA_VISIBLE_DEVICES")
+        value = _env(container).get(VISIBLE_DEVICES_ENV)
         if value is None:
             report_violation(
                 "device plugin does not set NVIDIA_VISIBLE_DEVICES: the image's own ENV=all exposes every GPU", None
@@ -87,7 +91,7 @@ def plugin_pinned_to_one_node(args: ResourceValidationArgs, report_violation: Re
 
 def no_operator_runtime_class(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     name = (args.props.get("metadata") or {}).get("name")
-    if args.resource_type == RUNTIME_CLASS and name in OPERATOR_RUNTIME_CLASSES:
+    if args.resource_type == Token.RUNTIME_CLASS and name in OPERATOR_RUNTIME_CLASSES:
         report_violation(f"RuntimeClass '{name}' is created and owned by the GPU Operator", None)
 
 
@@ -95,7 +99,7 @@ def _patched_nodes(resources: list[Any]) -> Iterator[str]:
     for resource in resources:
         metadata = resource.props.get("metadata") or {}
         labels = metadata.get("labels") or {}
-        if resource.resource_type == NODE_PATCH and labels.get(DEVICE_PLUGIN_LABEL) == "false":
+        if resource.resource_type == Token.NODE_PATCH and labels.get(DEVICE_PLUGIN_LABEL) == "false":
             yield str(metadata.get("name"))
 
 

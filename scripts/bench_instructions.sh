@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 count() {  # $1: program or baseline
   (cd "$root" && valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/$1.out" \
-    .venv/bin/python -m tools.bench --worker "$1" --nodes "$nodes" --callgrind >/dev/null 2>"$work/$1.log")
+    .venv/bin/python -m offline.bench --worker "$1" --nodes "$nodes" --callgrind >/dev/null 2>"$work/$1.log")
   callgrind_annotate "$work/$1.out" | awk '/PROGRAM TOTALS/ && !done { gsub(",", "", $1); print $1; done = 1 }'
 }
 count program >"$work/program" &

@@ -9,10 +9,12 @@ trap 'git -C "$root" worktree remove --force "$work/base" >/dev/null 2>&1 || tru
 git -C "$root" worktree add --quiet --detach "$work/base" "$base_ref"
 
 render_all() {  # $1: checkout, $2: output root. The checkout's own program renders its own stacks.
+  module=offline.render
+  [ -e "$1/offline/render.py" ] || module=tools.render  # checkouts from before the layout change
   for stack_file in "$1"/stacks/Pulumi.*.yaml; do
     [ -e "$stack_file" ] || continue
     stack=${stack_file##*/Pulumi.}; stack=${stack%.yaml}
-    (cd "$1" && "$root/.venv/bin/python" -m tools.render --stack-file "$stack_file" --out "$2/$stack" >/dev/null)
+    (cd "$1" && "$root/.venv/bin/python" -m "$module" --stack-file "$stack_file" --out "$2/$stack" >/dev/null)
   done
 }
 mkdir -p "$work/out/base" "$work/out/head"
@@ -26,6 +28,6 @@ for stack in $(ls "$work/out/base" "$work/out/head" | grep -v ':$' | sort -u); d
   echo
   echo "**stack \`$stack\`**"
   echo '```diff'
-  "$root/.venv/bin/python" -m tools.diff "$work/out/base/$stack" "$work/out/head/$stack"
+  "$root/.venv/bin/python" -m offline.diff "$work/out/base/$stack" "$work/out/head/$stack"
   echo '```'
 done

@@ -1,20 +1,17 @@
-"""Stack configuration: the pydantic models and the readers that feed them."""
+"""Stack configuration: what a valid stack is (models), how it is read (load), how problems read (errors)."""
 
-from stack_config.errors import PROJECT, ConfigError, InvalidConfigError
-from stack_config.load import find_stack_file, load_stack_file, parse_project_config, read_stack_file, stack_name_of
+from stack_config.errors import ConfigError, InvalidConfigError
+from stack_config.load import load_stack_file, parse_project_config, read_stack_file
 from stack_config.models import DevicePluginConfig, NodeConfig, StackConfig, quota_warnings
 
 __all__ = [
-    "PROJECT",
     "ConfigError",
     "DevicePluginConfig",
     "InvalidConfigError",
     "NodeConfig",
     "StackConfig",
-    "find_stack_file",
     "load_stack_file",
     "parse_project_config",
     "quota_warnings",
     "read_stack_file",
-    "stack_name_of",
 ]

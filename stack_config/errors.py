@@ -1,17 +1,20 @@
-"""One-line, key-path-first errors for invalid stack configuration."""
+"""One-line, key-path-first errors for invalid stack configuration, located by structured paths."""
 
 from __future__ import annotations
 
 import difflib
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-PROJECT = "hidden-gpu"
+from common.cli import UsageError, bounded
+from common.names import PROJECT
 
+Loc = tuple[int | str, ...]
 _MISSING = object()
 
 # Pydantic's wording is written for developers; these are written for whoever edits the stack.
@@ -29,43 +32,12 @@ _REASONS = {
     "string_type": "must be a string",
     "bool_type": "must be true or false",
     "literal_error": "must be one of {expected}",
+    "enum": "must be one of {expected}",
 }
 
 
-class ConfigError(Exception):
-    """An invalid value in a stack's configuration, located by its full key path."""
-
-    def __init__(self, where: str, value: Any = _MISSING, reason: str = "invalid value") -> None:
-        self.where = where
-        self.value = value
-        self.reason = reason
-        super().__init__(str(self))
-
-    def __str__(self) -> str:
-        if self.value is _MISSING:
-            return f"{self.where}: {self.reason}"
-        return f"{self.where} = {_show(self.value)}: {self.reason}"
-
-
-def config_key(path: str) -> str:
+def key_path(loc: Iterable[int | str]) -> str:
     """The key as it is written in a stack file, e.g. hidden-gpu:nodes[0].name."""
-    return f"{PROJECT}:{path}"
-
-
-class InvalidConfigError(Exception):
-    """All problems pydantic found in one stack, each as a ConfigError."""
-
-    def __init__(self, errors: Sequence[ConfigError]) -> None:
-        self.errors = list(errors)
-        super().__init__("\n".join(str(error) for error in self.errors))
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, default=str, sort_keys=True)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _key(loc: Iterable[int | str]) -> str:
     path = ""
     for part in loc:
         if isinstance(part, int):
@@ -74,10 +46,52 @@ def _key(loc: Iterable[int | str]) -> str:
             path += " (the key)"
         else:
             path += f".{part}" if path else str(part)
-    return config_key(path)
+    return f"{PROJECT}:{path}"
 
 
-def _known_keys(model: type, loc: tuple[int | str, ...]) -> list[str]:
+@dataclass(frozen=True)
+class ConfigError:
+    """One invalid value: where (a key path below `hidden-gpu:`, or a place in a file), what, why."""
+
+    loc: Loc
+    reason: str
+    value: Any = _MISSING
+    # Set for problems of the file rather than of a key: the file's path, or `path:line`.
+    where: str | None = None
+
+    def __str__(self) -> str:
+        place = self.where if self.where is not None else key_path(self.loc)
+        if self.value is _MISSING:
+            return f"{place}: {self.reason}"
+        return f"{place} = {show(self.value)}: {self.reason}"
+
+
+class FieldProblemsError(ValueError):
+    """Raised inside a model validator: several problems, each at a path relative to the model."""
+
+    def __init__(self, problems: Sequence[tuple[Loc, Any, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(reason for _, _, reason in self.problems))
+
+
+class InvalidConfigError(UsageError):
+    """Every problem found in one stack, each a ConfigError; printed one per line."""
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        self.errors = list(errors)
+        super().__init__("\n".join(str(error) for error in self.errors))
+
+
+def show(value: Any) -> str:
+    """A bad value as the stack file would spell it, bounded: values can be huge."""
+    try:
+        text = json.dumps(value, default=str, sort_keys=True)
+    except (ValueError, RecursionError):  # circular or too deep to print
+        text = f"<{type(value).__name__}>"
+    return bounded(text)
+
+
+def _known_keys(model: type, loc: Loc) -> list[str]:
     """The keys the model expects at the mapping that holds loc's last part."""
     current: Any = model
     for part in loc[:-1]:
@@ -96,22 +110,24 @@ def _known_keys(model: type, loc: tuple[int | str, ...]) -> list[str]:
 
 
 def from_validation_error(error: ValidationError, model: type) -> InvalidConfigError:
-    problems = [_one(detail, model) for detail in error.errors()]
-    return InvalidConfigError(problems)
+    return InvalidConfigError([problem for detail in error.errors() for problem in _problems(detail, model)])
 
 
-def _one(detail: ErrorDetails, model: type) -> ConfigError:
+def _problems(detail: ErrorDetails, model: type) -> list[ConfigError]:
     loc = tuple(detail["loc"])
     kind = detail["type"]
     if kind == "missing":
-        return ConfigError(_key(loc), reason=_REASONS["missing"])
+        return [ConfigError(loc, _REASONS["missing"])]
     if kind == "extra_forbidden":
         known = _known_keys(model, loc)
         close = difflib.get_close_matches(str(loc[-1]), known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}"
-        return ConfigError(_key(loc), detail["input"], "unknown key" + hint)
+        return [ConfigError(loc, "unknown key" + hint, detail["input"])]
+    cause = detail.get("ctx", {}).get("error")
+    if isinstance(cause, FieldProblemsError):
+        return [ConfigError(loc + where, reason, value) for where, value, reason in cause.problems]
     if kind == "value_error":
-        reason = str(detail["ctx"]["error"]) if "ctx" in detail else detail["msg"]
+        reason = str(cause) if cause is not None else detail["msg"]
     else:
         reason = _REASONS.get(kind, detail["msg"]).format(**detail.get("ctx", {}))
-    return ConfigError(_key(loc), detail["input"], reason)
+    return [ConfigError(loc, reason, detail["input"])]

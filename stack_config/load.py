@@ -1,20 +1,206 @@
-"""Reading a stack's `hidden-gpu:` keys from Pulumi's config or from a stack file."""
+"""Reading a stack's `hidden-gpu:` keys: strictly from a stack file, or from the map Pulumi hands a program.
+
+A stack file is what reviewers approve, so the reader refuses anything that could make the program
+see other values than a reviewer reads: a key given twice (PyYAML would keep the last without a
+word; the Pulumi CLI refuses it), anchors, aliases and merge keys under `hidden-gpu:`, YAML 1.1
+spellings Pulumi reads differently (`yes`, `on`, dates), and input whose cost is unbounded (size,
+nesting, alias expansion). Every refusal is an InvalidConfigError naming the file, line and key.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from stack_config.errors import PROJECT, ConfigError, InvalidConfigError, from_validation_error
+from common.names import PROJECT
+from stack_config.errors import ConfigError, InvalidConfigError, Loc, from_validation_error, show
 from stack_config.models import StackConfig
 
 PREFIX = f"{PROJECT}:"
-STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+# Stack files are a few KB; these bound what a hostile or broken one can cost.
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_NODES = 200_000
+MERGE_TAG = "tag:yaml.org,2002:merge"
+BOM = "\ufeff"
+
+
+class _Pulumi12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 scalars, as the Pulumi CLI's gopkg.in/yaml.v3 reads them
+    into a config map: only true/false are booleans (`yes`, `on` stay strings) and dates stay strings."""
+
+
+_Pulumi12Loader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Pulumi12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def _file_error(path: Path, reason: str, line: int | None = None) -> InvalidConfigError:
+    where = f"{path}:{line}" if line is not None else str(path)
+    return InvalidConfigError([ConfigError((), reason, where=where)])
+
+
+def _text(path: Path) -> str:
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise _file_error(path, f"cannot read stack file: {error.strerror or error}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise _file_error(path, f"larger than {MAX_FILE_BYTES // 1024} KiB: not a stack file")
+    try:
+        return data.decode("utf-8").removeprefix(BOM)
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise _file_error(path, f"not UTF-8 text (byte {error.start})", line) from None
+
+
+def _check_depth(path: Path, text: str) -> None:
+    """Walk the event stream (iteratively: the composer recurses) to refuse deep nesting first."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_Pulumi12Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else None
+                raise _file_error(path, f"nested deeper than {MAX_DEPTH} levels", line)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_size(path: Path, root: yaml.Node) -> None:
+    """Nodes after alias expansion, counted once per shared node: a 1 KB alias bomb is billions."""
+    sizes: dict[int, int] = {}
+    order: list[yaml.Node] = []
+    stack = [root]
+    while stack:  # post-order without recursion
+        node = stack.pop()
+        if id(node) in sizes:
+            continue
+        sizes[id(node)] = -1
+        order.append(node)
+        stack.extend(_children(node))
+    for node in reversed(order):
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _children(node))
+        if sizes[id(node)] > MAX_NODES:
+            raise _file_error(
+                path, f"expands to more than {MAX_NODES} values (aliases?): not a stack file", node.start_mark.line + 1
+            )
+
+
+def _key_text(node: yaml.Node) -> str:
+    return node.value if isinstance(node, yaml.ScalarNode) else f"<{node.tag.rsplit(':', 1)[-1]}>"
+
+
+def _walk(node: yaml.Node, path: str) -> Iterator[tuple[yaml.Node, str]]:
+    yield node, path
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            yield from _walk(value, f"{path}.{_key_text(key)}" if path else _key_text(key))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _walk(item, f"{path}[{index}]")
+
+
+def _check_keys(path: Path, root: yaml.Node) -> None:
+    """Each key once in every mapping; no alias or merge key under `hidden-gpu:`."""
+    problems = [*_duplicate_keys(path, root), *_shared_values(path, root)]
+    if problems:
+        raise InvalidConfigError(problems)
+
+
+def _duplicate_keys(path: Path, root: yaml.Node) -> Iterator[ConfigError]:
+    seen: set[int] = set()
+    for node, key_path in _walk(root, ""):
+        if not isinstance(node, yaml.MappingNode) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        first_line: dict[str, int] = {}
+        for key, _ in node.value:
+            line, name = key.start_mark.line + 1, _key_text(key)
+            if name not in first_line:
+                first_line[name] = line
+                continue
+            full = f"{key_path}.{name}" if key_path else name
+            reason = (
+                f"key '{full}' given twice (lines {first_line[name]} and {line}): "
+                "a reviewer reads one, YAML keeps the other"
+            )
+            yield ConfigError((), reason, where=f"{path}:{line}")
+
+
+def _shared_values(path: Path, root: yaml.Node) -> Iterator[ConfigError]:
+    """Aliases (a node met twice) and merge keys under `hidden-gpu:` keys."""
+    config = next((value for key, value in getattr(root, "value", []) if _key_text(key) == "config"), None)
+    if not isinstance(config, yaml.MappingNode):
+        return
+    # An aliased node is one node met on several paths; _check_size bounded this walk already.
+    paths_to = Counter(id(node) for node, _ in _walk(root, ""))
+    for key, value in config.value:
+        if not _key_text(key).startswith(PREFIX):
+            continue
+        for node, key_path in _walk(value, _key_text(key)):
+            merges = isinstance(node, yaml.MappingNode) and any(k.tag == MERGE_TAG for k, _ in node.value)
+            if paths_to[id(node)] > 1 or merges:
+                reason = (
+                    f"{key_path}: aliases and merge keys are refused under {PREFIX} "
+                    "(they hide what a reviewer reads); write the values out"
+                )
+                yield ConfigError((), reason, where=f"{path}:{node.start_mark.line + 1}")
+                break
+
+
+def read_stack_file(path: Path) -> dict[str, Any]:
+    """The `config:` map of a Pulumi stack file, as written, or InvalidConfigError."""
+    text = _text(path)
+    try:
+        _check_depth(path, text)
+        loader = _Pulumi12Loader(text)
+        try:
+            root = loader.get_single_node()
+            if root is None:
+                raise _file_error(path, "is empty: a stack file needs a 'config:' mapping")
+            _check_size(path, root)
+            _check_keys(path, root)
+            document = loader.construct_document(root)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise _file_error(path, f"not valid YAML: {error.problem or error.context}", line) from None
+    except yaml.YAMLError as error:
+        raise _file_error(path, f"not valid YAML: {error}") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise _file_error(path, "has no 'config:' mapping")
+    bad_keys = [key for key in config if not isinstance(key, str)]
+    if bad_keys:
+        raise _file_error(path, f"config key {show(bad_keys[0])} is not a string: config keys are `namespace:name`")
+    return config
 
 
 def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
@@ -24,12 +210,30 @@ def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
     for structured config.
     """
     own = {key[len(PREFIX) :]: _decode(value) for key, value in config.items() if key.startswith(PREFIX)}
+    secrets = [loc for key, value in own.items() for loc in _secrets(value, (key,))]
+    if secrets:
+        reason = (
+            "is a Pulumi secret (secure:): which GPUs are hidden is reviewed in plain text, "
+            "and the offline tools cannot decrypt it; write the value out"
+        )
+        raise InvalidConfigError([ConfigError(loc, reason) for loc in secrets])
     try:
         return StackConfig.model_validate(own)
     except ValidationError as error:
         raise from_validation_error(error, StackConfig) from None
-    except ConfigError as error:
-        raise InvalidConfigError([error]) from None
+
+
+def _secrets(value: Any, loc: Loc) -> Iterator[Loc]:
+    """Where Pulumi's `{secure: ...}` values sit in a config value."""
+    if isinstance(value, dict):
+        if set(value) == {"secure"}:
+            yield loc
+        else:
+            for key, item in value.items():
+                yield from _secrets(item, (*loc, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _secrets(item, (*loc, index))
 
 
 def _decode(value: Any) -> Any:
@@ -37,44 +241,9 @@ def _decode(value: Any) -> Any:
         return value
     try:
         return json.loads(value)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return value
-
-
-def read_stack_file(path: Path) -> dict[str, Any]:
-    """The `config:` map of a Pulumi stack file, as written."""
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise InvalidConfigError([ConfigError(str(path), reason=f"cannot read stack file: {error.strerror}")]) from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InvalidConfigError([ConfigError(str(path), reason=f"not valid YAML{where}")]) from None
-    config = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(config, dict):
-        raise InvalidConfigError([ConfigError(str(path), reason="has no 'config:' mapping")])
-    return config
 
 
 def load_stack_file(path: Path) -> StackConfig:
     return parse_project_config(read_stack_file(path))
-
-
-def stack_name_of(path: Path) -> str:
-    """The stack a file configures: Pulumi.<stack>.yaml, else the file's stem."""
-    name = path.name
-    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
-        return name[len("Pulumi.") :].rsplit(".", 1)[0]
-    return path.stem
-
-
-def find_stack_file(stack_name: str) -> Path:
-    """stacks/Pulumi.<stack_name>.yaml, where `pulumi stack select` looks (stackConfigDir)."""
-    path = STACKS_DIR / f"Pulumi.{stack_name}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(stack_name_of(p) for p in STACKS_DIR.glob("Pulumi.*.yaml")))
-        raise InvalidConfigError(
-            [ConfigError(f"--stack {stack_name}", reason=f"no stack file {path.name} in stacks/ (stacks: {known})")]
-        )
-    return path

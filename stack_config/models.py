@@ -1,18 +1,30 @@
 """What a valid hidden-gpu stack is.
 
 Every rule about the `hidden-gpu:` configuration lives here, so that the Pulumi program, the
-offline render and the host tools all accept and reject exactly the same stacks.
+offline render and the host tools all accept and reject exactly the same stacks. Each key's
+`description` is its documentation: docs/configuration.md is generated from these models.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Iterator
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
 
-from stack_config.errors import ConfigError, config_key
+from common.names import (
+    DEFAULT_CLUSTER_POLICY,
+    DEFAULT_EXEMPT_NAMESPACES,
+    DEFAULT_PLUGIN_IMAGE,
+    DEFAULT_PLUGIN_NAMESPACE,
+    DeviceListStrategy,
+    GuardMode,
+    MigStrategy,
+    Role,
+)
+from stack_config.errors import FieldProblemsError, Loc, key_path
 
 # A device UUID as NVML and `nvidia-smi -L` print it: a prefix, then lowercase hex in this shape.
 UUID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
@@ -25,11 +37,6 @@ DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
-DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
-DEFAULT_PLUGIN_NAMESPACE = "hidden-gpu-system"
-DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "gpu-operator")
-DEFAULT_CLUSTER_POLICY = "cluster-policy"
-
 
 def _reject_index(value: object) -> object:
     # YAML turns `- 3` into an int and `- "3"` into a str; both are a person thinking in indices.
@@ -39,7 +46,7 @@ def _reject_index(value: object) -> object:
         raise ValueError(
             "a GPU index, not a UUID: indices can change across reboots and driver reloads, "
             "and then the hidden GPU is the one exposed; pin it by its UUID "
-            "(python -m tools.discover lists them)"
+            "(python -m host.discover lists them)"
         )
     return value
 
@@ -117,6 +124,10 @@ NodeName = Annotated[str, AfterValidator(_check_node_name)]
 ImageRef = Annotated[str, AfterValidator(_check_image)]
 
 
+# Stack files spell enum values as strings; strict mode would demand the enum object itself.
+LaxEnum = Field(strict=False)
+
+
 class _Model(BaseModel):
     # Unknown keys are errors: a misspelt `hidenGpus` must never silently expose GPUs.
     model_config = ConfigDict(
@@ -126,45 +137,57 @@ class _Model(BaseModel):
         extra="forbid",
         frozen=True,
         strict=True,
+        use_attribute_docstrings=True,
     )
 
 
 class OperandsConfig(_Model):
-    """Which other GPU Operator operands still run on the node (`nvidia.com/gpu.deploy.<operand>`).
-
-    GFD is off by default because its labels (gpu.count, gpu.product, gpu.memory) reveal the
-    hidden GPUs; mig-manager because it applies MIG profiles to every GPU, the other
-    organisation's too. dcgm-exporter stays: it only reads metrics.
-    """
+    """Which other GPU Operator operands still run on the node (`nvidia.com/gpu.deploy.<operand>`)."""
 
     gpu_feature_discovery: bool = False
+    """Run GPU Feature Discovery here. Off: its labels (`nvidia.com/gpu.count`, `.product`, `.memory`) count the hidden
+    GPUs too, and it runs privileged."""
     mig_manager: bool = False
+    """Run the MIG manager here. Off: it applies MIG profiles to every GPU, the other organisation's too."""
     dcgm_exporter: bool = True
+    """Run dcgm-exporter here. It only reads metrics, but of every GPU: set `false` if hidden GPUs' metrics must not
+    reach your monitoring."""
 
 
 class TimeSlicingConfig(_Model):
     """The plugin's time-slicing: each exposed GPU is advertised `replicas` times."""
 
     replicas: Annotated[StrictInt, Field(ge=2)]
+    """At least 2: how many times each exposed GPU is advertised."""
     rename_by_default: bool = False
+    """Advertise `nvidia.com/gpu.shared` instead of `nvidia.com/gpu`."""
     fail_requests_greater_than_one: bool = False
+    """Refuse pods that ask for more than one replica."""
 
 
 class NodeConfig(_Model):
+    """One shared GPU node: which of its GPUs Kubernetes may schedule."""
+
     name: NodeName
+    """The Kubernetes node name (DNS-1123, at most 63 characters: it is also a label value); each node once."""
     exposed_gpus: list[DeviceUuid]
+    """UUIDs Kubernetes may schedule (`GPU-...`, or `MIG-...` with a MIG strategy); may be empty: every GPU hidden."""
     hidden_gpus: list[DeviceUuid] = Field(default_factory=list)
+    """UUIDs kept from Kubernetes; listed so reviewers and `discover --check` see every GPU accounted for."""
     operands: OperandsConfig = OperandsConfig()
+    """Per-node switches of the GPU Operator's other operands."""
     time_slicing: TimeSlicingConfig | None = None
-    mig_strategy: Literal["none", "single", "mixed"] = "none"
-    # The node's MIG layout, parent GPU -> its MIG devices: the only way to know a MIG device's
-    # parent, which the split rule needs (tools.discover --expose writes it).
+    """Time-slice the exposed GPUs (the pinned plugin sees no other)."""
+    mig_strategy: Annotated[MigStrategy, LaxEnum] = MigStrategy.NONE
+    """The plugin's `MIG_STRATEGY`: `none`, `single` or `mixed`."""
     mig_devices: dict[GpuUuid, list[MigUuid]] = Field(default_factory=dict)
+    """The node's MIG layout, parent GPU UUID -> its MIG device UUIDs: needed for every listed MIG UUID (`discover
+    --expose` writes it)."""
 
     @property
-    def roles(self) -> dict[str, str]:
-        """Every GPU or MIG device the node lists, and whether it is `exposed` or `hidden`."""
-        return {uuid: "exposed" for uuid in self.exposed_gpus} | {uuid: "hidden" for uuid in self.hidden_gpus}
+    def roles(self) -> dict[str, Role]:
+        """Every GPU or MIG device the node lists, and which side it is on."""
+        return {uuid: Role.EXPOSED for uuid in self.exposed_gpus} | {uuid: Role.HIDDEN for uuid in self.hidden_gpus}
 
     @property
     def replicas(self) -> int:
@@ -174,84 +197,132 @@ class NodeConfig(_Model):
     def advertised_gpus(self) -> int:
         """How many `nvidia.com/gpu` the node's plugin advertises. Under the mixed strategy MIG
         devices are advertised as `nvidia.com/mig-<profile>` instead."""
-        counted = [u for u in self.exposed_gpus if not (self.mig_strategy == "mixed" and u.startswith("MIG-"))]
+        counted = [
+            u for u in self.exposed_gpus if not (self.mig_strategy == MigStrategy.MIXED and u.startswith("MIG-"))
+        ]
         return len(counted) * self.replicas
+
+    def places(self) -> Iterator[tuple[Loc, str]]:
+        """Every listed UUID with its place, relative to the node: (("exposedGpus", 0), uuid)."""
+        for field, uuids in (("exposedGpus", self.exposed_gpus), ("hiddenGpus", self.hidden_gpus)):
+            for index, uuid in enumerate(uuids):
+                yield (field, index), uuid
+
+    @model_validator(mode="after")
+    def _rules_across_fields(self) -> NodeConfig:
+        problems = list(_node_problems(self))
+        if problems:
+            raise FieldProblemsError(problems)
+        return self
 
 
 class DevicePluginConfig(_Model):
+    """The pinned device plugins, one DaemonSet per node that exposes GPUs."""
+
     image: ImageRef = DEFAULT_PLUGIN_IMAGE
+    """Plugin image, pinned by tag or digest; not `:latest`."""
     namespace: NamespaceName = DEFAULT_PLUGIN_NAMESPACE
+    """Namespace of the plugin pods; always exempt from the access guard."""
     create_namespace: bool = True
-    # envvar: the recipe's. volume-mounts: the plugin hands out GPUs as /dev/null mounts, for a
-    # toolkit that ignores NVIDIA_VISIBLE_DEVICES from unprivileged pods.
-    device_list_strategy: Literal["envvar", "volume-mounts"] = "envvar"
+    """Create the namespace (labelled Pod Security `privileged`: the plugin mounts a host directory). `false`: reuse an
+    existing one that allows the same."""
+    device_list_strategy: Annotated[DeviceListStrategy, LaxEnum] = DeviceListStrategy.ENVVAR
+    """`envvar` (the recipe's) or `volume-mounts`: the plugin hands GPUs out as `/dev/null` mounts, for a toolkit that
+    ignores `NVIDIA_VISIBLE_DEVICES` from unprivileged pods."""
 
 
 class GuardConfig(_Model):
     """The admission policy that keeps pods away from hidden GPUs."""
 
-    mode: Literal["enforce", "warn", "audit"] = "enforce"
+    mode: Annotated[GuardMode, LaxEnum] = GuardMode.ENFORCE
+    """`enforce` denies; `warn` admits, warns the client and annotates the audit log; `audit` only annotates."""
     exempt_namespaces: list[NamespaceName] = Field(default_factory=lambda: list(DEFAULT_EXEMPT_NAMESPACES))
+    """Namespaces the guard does not check; the plugin's namespace is always added."""
 
 
 class ClusterPolicyConfig(_Model):
     """Opt-in patch of the GPU Operator's ClusterPolicy so the toolkit ignores the env var route."""
 
     patch: bool = False
+    """Patch the ClusterPolicy's toolkit and device-plugin env (cluster-wide); needs `devicePlugin.deviceListStrategy:
+    volume-mounts`."""
     name: Annotated[str, AfterValidator(_check_object_name)] = DEFAULT_CLUSTER_POLICY
+    """The ClusterPolicy's name."""
 
 
 class StackConfig(_Model):
     """The `hidden-gpu:` keys of one stack, without their prefix."""
 
     nodes: Annotated[list[NodeConfig], Field(min_length=1)]
+    """The shared GPU nodes; at least one."""
     quotas: dict[NamespaceName, Annotated[StrictInt, Field(ge=0)]] = Field(default_factory=dict)
+    """Namespace -> the most `nvidia.com/gpu` it may request (`requests.nvidia.com/gpu`). The namespaces must exist."""
     device_plugin: DevicePluginConfig = DevicePluginConfig()
+    """The pinned device plugins."""
     guard: GuardConfig = GuardConfig()
+    """The access guard (admission policy)."""
     cluster_policy: ClusterPolicyConfig = ClusterPolicyConfig()
+    """The opt-in ClusterPolicy patch."""
 
     @property
     def exempt_namespaces(self) -> list[str]:
         """The guard's exemptions; the plugin's own namespace always, its pods mount host paths."""
         return sorted({*self.guard.exempt_namespaces, self.device_plugin.namespace})
 
-    def model_post_init(self, context: object, /) -> None:
-        _check_cross_references(self)
+    @model_validator(mode="after")
+    def _rules_across_fields(self) -> StackConfig:
+        problems = list(_stack_problems(self))
+        if problems:
+            raise FieldProblemsError(problems)
+        return self
 
 
-def _check_cross_references(stack: StackConfig) -> None:
-    """Rules that span several fields; raised with the full key path of the offending value."""
-    if stack.cluster_policy.patch and stack.device_plugin.device_list_strategy != "volume-mounts":
-        raise ConfigError(
-            config_key("clusterPolicy.patch"),
+def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
+    """Rules that span several nodes or sections, each located by its full path."""
+    if stack.cluster_policy.patch and stack.device_plugin.device_list_strategy != DeviceListStrategy.VOLUME_MOUNTS:
+        yield (
+            ("clusterPolicy", "patch"),
             True,
             "needs devicePlugin.deviceListStrategy: volume-mounts: once the toolkit ignores "
             "NVIDIA_VISIBLE_DEVICES, a plugin using env vars hands out GPUs no pod receives",
         )
-    first_node_index: dict[str, int] = {}
-    first_gpu_place: dict[str, str] = {}
+    first_node: dict[str, int] = {}
+    first_place: dict[str, Loc] = {}
     for node_index, node in enumerate(stack.nodes):
-        node_path = f"nodes[{node_index}]"
-        if node.name in first_node_index:
-            raise ConfigError(
-                config_key(f"{node_path}.name"),
-                node.name,
-                f"node listed twice (also nodes[{first_node_index[node.name]}])",
-            )
-        first_node_index[node.name] = node_index
-        for field, uuids in (("exposedGpus", node.exposed_gpus), ("hiddenGpus", node.hidden_gpus)):
-            for gpu_index, uuid in enumerate(uuids):
-                place = f"{node_path}.{field}[{gpu_index}]"
-                if uuid in first_gpu_place:
-                    raise ConfigError(config_key(place), uuid, _twice(first_gpu_place[uuid], place))
-                first_gpu_place[uuid] = place
-        _check_mig(node, node_path, first_gpu_place)
+        if node.name in first_node:
+            yield ("nodes", node_index, "name"), node.name, f"node listed twice (also nodes[{first_node[node.name]}])"
+        else:
+            first_node[node.name] = node_index
+        for place, uuid in node.places():
+            here = ("nodes", node_index, *place)
+            first = first_place.setdefault(uuid, here)
+            if first != here and first[1] != node_index:
+                yield here, uuid, f"GPU also listed on another node ({_short(first)}); a GPU belongs to one node"
 
 
-def _check_mig(node: NodeConfig, node_path: str, place_of: dict[str, str]) -> None:
-    if node.time_slicing and node.mig_strategy == "mixed":
-        raise ConfigError(
-            config_key(f"{node_path}.timeSlicing"),
+def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
+    """Rules within one node: each UUID once, and the MIG rules. Paths relative to the node."""
+    first_place: dict[str, Loc] = {}
+    yield from _duplicates(node, first_place)
+    yield from _mig_problems(node, first_place)
+
+
+def _duplicates(node: NodeConfig, first_place: dict[str, Loc]) -> Iterator[tuple[Loc, Any, str]]:
+    """Each UUID once on the node; fills first_place with where each was first listed."""
+    for place, uuid in node.places():
+        first = first_place.setdefault(uuid, place)
+        if first == place:
+            continue
+        if first[0] != place[0]:
+            yield place, uuid, f"GPU is both exposed and hidden (also at {_short(first)}); choose one"
+        else:
+            yield place, uuid, f"GPU listed twice on this node (also at {_short(first)})"
+
+
+def _mig_problems(node: NodeConfig, first_place: dict[str, Loc]) -> Iterator[tuple[Loc, Any, str]]:
+    if node.time_slicing and node.mig_strategy == MigStrategy.MIXED:
+        yield (
+            ("timeSlicing",),
             node.time_slicing.model_dump(by_alias=True),
             "time-slicing here shares nvidia.com/gpu; with migStrategy mixed MIG devices are "
             "advertised per profile instead: use migStrategy single, or no time-slicing",
@@ -260,32 +331,29 @@ def _check_mig(node: NodeConfig, node_path: str, place_of: dict[str, str]) -> No
     for parent, devices in node.mig_devices.items():
         for index, mig in enumerate(devices):
             if mig in parent_of:
-                raise ConfigError(
-                    config_key(f"{node_path}.migDevices.{parent}[{index}]"), mig, f"also listed under {parent_of[mig]}"
-                )
-            parent_of[mig] = parent
-    side_of = node.roles
-    for uuid in side_of:
+                yield ("migDevices", parent, index), mig, f"also listed under {parent_of[mig]}"
+            else:
+                parent_of[mig] = parent
+    for uuid, place in first_place.items():
         if not uuid.startswith("MIG-"):
             continue
-        if node.mig_strategy == "none":
-            raise ConfigError(
-                config_key(place_of[uuid]), uuid, "a MIG device needs migStrategy single or mixed on this node"
-            )
-        if uuid not in parent_of:
-            raise ConfigError(
-                config_key(place_of[uuid]),
+        if node.mig_strategy == MigStrategy.NONE:
+            yield place, uuid, "a MIG device needs migStrategy single or mixed on this node"
+        elif uuid not in parent_of:
+            yield (
+                place,
                 uuid,
                 "parent GPU unknown: list the node's MIG layout under migDevices "
-                "(python -m tools.discover --expose writes it)",
+                "(python -m host.discover --expose writes it)",
             )
+    side_of = node.roles
     for parent, devices in node.mig_devices.items():
         listed = [uuid for uuid in (parent, *devices) if uuid in side_of]
-        exposed = [uuid for uuid in listed if side_of[uuid] == "exposed"]
-        hidden = [uuid for uuid in listed if side_of[uuid] == "hidden"]
+        exposed = [uuid for uuid in listed if side_of[uuid] == Role.EXPOSED]
+        hidden = [uuid for uuid in listed if side_of[uuid] == Role.HIDDEN]
         if exposed and hidden:
-            raise ConfigError(
-                config_key(place_of[exposed[0]]),
+            yield (
+                first_place[exposed[0]],
                 exposed[0],
                 f"exposed, but {hidden[0]} of the same GPU ({parent}) is hidden: a plugin that can see "
                 "one MIG device of a GPU monitors all of them (NVIDIA_MIG_MONITOR_DEVICES=all); "
@@ -293,13 +361,9 @@ def _check_mig(node: NodeConfig, node_path: str, place_of: dict[str, str]) -> No
             )
 
 
-def _twice(first: str, second: str) -> str:
-    first_node, second_node = first.split(".", maxsplit=1)[0], second.split(".", maxsplit=1)[0]
-    if first_node != second_node:
-        return f"GPU also listed on another node ({first}); a GPU belongs to one node"
-    if first.split(".")[1].split("[", maxsplit=1)[0] != second.split(".")[1].split("[", maxsplit=1)[0]:
-        return f"GPU is both exposed and hidden (also at {first}); choose one"
-    return f"GPU listed twice on this node (also at {first})"
+def _short(loc: Loc) -> str:
+    """nodes[0].exposedGpus[1]: a place as messages name it, without the `hidden-gpu:` prefix."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
 
 
 def quota_warnings(stack: StackConfig) -> list[str]:
@@ -307,7 +371,7 @@ def quota_warnings(stack: StackConfig) -> list[str]:
     other GPU nodes), but often a forgotten time-slicing or a typo."""
     advertised = sum(node.advertised_gpus for node in stack.nodes)
     return [
-        f"{config_key(f'quotas.{namespace}')} = {limit}: more than the {advertised} nvidia.com/gpu "
+        f"{key_path(('quotas', namespace))} = {limit}: more than the {advertised} nvidia.com/gpu "
         "this stack's nodes advertise"
         for namespace, limit in sorted(stack.quotas.items())
         if limit > advertised

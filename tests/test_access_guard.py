@@ -8,14 +8,10 @@ from typing import Any
 import cel
 import pytest
 
-from components.access_guard import POLICY_NAME
-from tests.conftest import only
-from tests.stacks import EXPOSED, HIDDEN, changed
-from tools.program import ProgramRun, run_program
-
-POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
-DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+from common.names import POLICY_NAME, Token
+from offline.program import ProgramRun, run_program
+from tests.support.objects import only
+from tests.support.stacks import EXPOSED, HIDDEN, changed
 
 
 def admit(policy: dict[str, Any], pod: dict[str, Any], namespace: str) -> list[str] | None:
@@ -56,7 +52,7 @@ def gpu_container(**extra: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def policy(run: ProgramRun) -> dict[str, Any]:
-    return only(run.of_type(POLICY)).inputs
+    return only(run.of_type(Token.ADMISSION_POLICY)).inputs
 
 
 ALLOWED = {
@@ -204,14 +200,14 @@ def test_exempt_namespaces_are_not_checked(policy: dict[str, Any], namespace: st
 
 def test_custom_exemptions_keep_the_plugin_namespace() -> None:
     run = run_program(changed(lambda c: c.__setitem__("hidden-gpu:guard", {"exemptNamespaces": ["infra"]})), "test")
-    policy = only(run.of_type(POLICY)).inputs
+    policy = only(run.of_type(Token.ADMISSION_POLICY)).inputs
     assert admit(policy, DENIED["privileged"][0], "infra") is None
     assert admit(policy, DENIED["privileged"][0], "hidden-gpu-system") is None
     assert admit(policy, DENIED["privileged"][0], "kube-system") is not None
 
 
 def plugin_pod(run: ProgramRun) -> dict[str, Any]:
-    template = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]
+    template = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -226,7 +222,7 @@ VOLUME_MOUNTS = changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("devi
 @pytest.mark.parametrize("config", [None, VOLUME_MOUNTS], ids=["envvar", "volume-mounts"])
 def test_the_plugins_own_pod_is_allowed_in_its_namespace(run: ProgramRun, config: dict[str, Any] | None) -> None:
     this_run = run if config is None else run_program(config, "test")
-    policy = only(this_run.of_type(POLICY)).inputs
+    policy = only(this_run.of_type(Token.ADMISSION_POLICY)).inputs
     assert admit(policy, plugin_pod(this_run), "hidden-gpu-system") is None
     # The same pod in a tenant namespace would be refused: the exemption is what lets it run.
     assert admit(policy, plugin_pod(this_run), "ml-team")
@@ -237,9 +233,9 @@ def test_the_plugins_own_pod_is_allowed_in_its_namespace(run: ProgramRun, config
 )
 def test_mode_sets_the_binding_actions(mode: str, actions: list[str]) -> None:
     run = run_program(changed(lambda c: c.__setitem__("hidden-gpu:guard", {"mode": mode})), "test")
-    binding = only(run.of_type(BINDING)).inputs
+    binding = only(run.of_type(Token.ADMISSION_BINDING)).inputs
     assert binding["spec"] == {"policyName": POLICY_NAME, "validationActions": actions}
-    assert only(run.of_type(BINDING)).parent == only(run.of_type("hidden-gpu:index:AccessGuard")).urn
+    assert only(run.of_type(Token.ADMISSION_BINDING)).parent == only(run.of_type(Token.ACCESS_GUARD)).urn
 
 
 def test_policy_matches_pods_and_ephemeral_containers(policy: dict[str, Any]) -> None:

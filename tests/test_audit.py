@@ -1,4 +1,4 @@
-"""tools.audit: NVML processes mapped to pods through fixture /proc trees."""
+"""host.audit: NVML processes mapped to pods through fixture /proc trees."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fake_nvml import FakeGpu, fake_nvml
-from tools import audit
+from host import audit
+from tests.support.fake_nvml import FakeGpu, fake_nvml
 
 POD = "0d3d1c8a-6b0e-4c3c-9a4c-1e2f3a4b5c6d"
 POD_ = POD.replace("-", "_")

@@ -1,4 +1,4 @@
-"""tools.bench and the mock harness it times: the baseline declares exactly the program's objects,
+"""offline.bench and the mock harness it times: the baseline declares exactly the program's objects,
 the command runs, and a run resolves exports and leaves the collector as it was."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pulumi
 import pytest
 
-from tools.bench import baseline_objects, synthetic_stack
-from tools.program import run_callable, run_program
+from offline.bench import baseline_objects, synthetic_stack
+from offline.program import run_callable, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def test_baseline_declares_the_same_objects_as_the_program() -> None:
 
 
 def test_bench_command_prints_rows() -> None:
-    command = [sys.executable, "-m", "tools.bench", "--nodes", "1,3", "--repeat", "1", "--json"]
+    command = [sys.executable, "-m", "offline.bench", "--nodes", "1,3", "--repeat", "1", "--json"]
     rows = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
     assert [row["nodes"] for row in rows] == [1, 3]
     for row in rows:
@@ -47,7 +47,7 @@ def test_bench_command_prints_rows() -> None:
 
 def test_bench_rejects_bad_sizes() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tools.bench", "--nodes", "ten"], cwd=ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "offline.bench", "--nodes", "ten"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 2 and result.stderr.startswith("error: --nodes ten")
 
@@ -83,7 +83,7 @@ def test_a_run_collects_young_garbage_only_and_restores_the_collector() -> None:
 )
 def test_a_bench_worker_keeps_to_one_cpu() -> None:
     # On a machine that allows one CPU only the test would prove nothing, so it says so by failing.
-    check = "import os; from tools.bench import pin_to_one_cpu; pin_to_one_cpu(); print(len(os.sched_getaffinity(0)))"
+    check = "import os; from offline.bench import pin_to_one_cpu; pin_to_one_cpu(); print(len(os.sched_getaffinity(0)))"
     assert len(os.sched_getaffinity(0)) > 1
     result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "1"

@@ -7,9 +7,9 @@ import json
 import pulumi
 import pytest
 
+from offline.program import run_program
 from stack_config import InvalidConfigError, parse_project_config
-from tests.stacks import EXPOSED, REJECTIONS, Rejection, changed, node, valid_config
-from tools.program import run_program
+from tests.support.stacks import EXPOSED, REJECTIONS, Rejection, changed, node, valid_config
 
 
 def assert_names(message: str, case: Rejection) -> None:

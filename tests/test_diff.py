@@ -1,4 +1,4 @@
-"""tools.diff: what a reviewer sees for a change to a stack."""
+"""offline.diff: what a reviewer sees for a change to a stack."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.stacks import EXPOSED, HIDDEN, changed, node, valid_config
-from tools import diff, render
+from offline import diff, render
+from tests.support.stacks import EXPOSED, HIDDEN, changed, node, valid_config
 
 
 def render_config(tmp_path: Path, name: str, config: dict[str, object]) -> Path:

@@ -1,4 +1,4 @@
-"""tools.discover against an injected fake NVML."""
+"""host.discover against an injected fake NVML."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from host import discover
 from stack_config import parse_project_config
-from tests.fake_nvml import FakeGpu, fake_nvml
-from tools import discover
+from tests.support.fake_nvml import FakeGpu, fake_nvml
+from tests.support.stacks import write_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 UUIDS = [f"GPU-{i:08x}-1111-4222-8333-44445555666{i}" for i in range(4)]
@@ -79,22 +80,20 @@ def test_expose_rejects_bad_indices(indices: str, message: str, capsys: pytest.C
     assert status == 2 and out == "" and message in err
 
 
-def write_stack(tmp_path: Path, exposed: list[str], hidden: list[str]) -> Path:
-    path = tmp_path / "Pulumi.t.yaml"
+def node_stack(tmp_path: Path, exposed: list[str], hidden: list[str]) -> Path:
     node = {"name": "gpu-node-07", "exposedGpus": exposed, "hiddenGpus": hidden}
-    path.write_text(yaml.safe_dump({"config": {"hidden-gpu:nodes": [node]}}))
-    return path
+    return write_stack(tmp_path, {"hidden-gpu:nodes": [node]})
 
 
 def test_check_passes_when_every_gpu_is_accounted_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stack = write_stack(tmp_path, [UUIDS[0]], UUIDS[1:])
+    stack = node_stack(tmp_path, [UUIDS[0]], UUIDS[1:])
     status, out, _ = run(["--check", str(stack), "--node", "gpu-node-07"], capsys)
     assert status == 0 and out.strip().endswith("result: every GPU accounted for")
 
 
 def test_check_reports_unlisted_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stranger = "GPU-99999999-1111-4222-8333-444455556666"
-    stack = write_stack(tmp_path, [UUIDS[0]], [UUIDS[1], stranger])
+    stack = node_stack(tmp_path, [UUIDS[0]], [UUIDS[1], stranger])
     status, out, _ = run(["--check", str(stack), "--node", "gpu-node-07"], capsys)
     assert status == 1
     assert f"UNLISTED  {UUIDS[2]}  index 2" in out and f"UNLISTED  {UUIDS[3]}  index 3" in out
@@ -103,12 +102,12 @@ def test_check_reports_unlisted_and_missing(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_check_unknown_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run(["--check", str(write_stack(tmp_path, [], UUIDS)), "--node", "other"], capsys)
+    status, _, err = run(["--check", str(node_stack(tmp_path, [], UUIDS)), "--node", "other"], capsys)
     assert status == 2 and "--node other: not in" in err and "(nodes: gpu-node-07)" in err
 
 
 def test_check_invalid_stack_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run(["--check", str(write_stack(tmp_path, ["0"], [])), "--node", "gpu-node-07"], capsys)
+    status, _, err = run(["--check", str(node_stack(tmp_path, ["0"], [])), "--node", "gpu-node-07"], capsys)
     assert status == 2 and err.startswith("error: hidden-gpu:nodes[0].exposedGpus[0]") and err.count("\n") == 1
 
 
@@ -130,7 +129,7 @@ def test_nvml_failures_are_one_line_with_status_3(error: str, message: str, caps
 def test_real_module_without_a_driver() -> None:
     """CI has nvidia-ml-py but no driver: the real pynvml must fail cleanly, no traceback."""
     result = subprocess.run(
-        [sys.executable, "-m", "tools.discover", "--json"], cwd=ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "host.discover", "--json"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert result.returncode == 3
     assert (
@@ -139,6 +138,6 @@ def test_real_module_without_a_driver() -> None:
 
 
 def test_listing_gpus_imports_neither_pulumi_nor_pydantic() -> None:
-    code = "import sys, tools.discover; print(sorted(m for m in ('pulumi', 'pydantic', 'yaml', 'kubernetes') if m in sys.modules))"
+    code = "import sys, host.discover; print(sorted(m for m in ('pulumi', 'pydantic', 'yaml', 'kubernetes') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

@@ -10,6 +10,9 @@ import pytest
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
 
+from common.names import Token
+from offline import render
+from offline.program import Declared, run_program
 from policy.rules import (
     RESOURCE_VALIDATORS,
     no_operator_runtime_class,
@@ -18,10 +21,7 @@ from policy.rules import (
     plugin_pinned_to_one_node,
     plugin_unprivileged,
 )
-from tests.stacks import valid_config
-from tests.test_sharing import with_mig
-from tools import render
-from tools.program import Declared, run_program
+from tests.support.stacks import valid_config, with_mig
 
 STACK_FILES = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
 OPTS = PolicyResourceOptions(
@@ -135,7 +135,7 @@ def test_a_daemonset_that_is_not_a_device_plugin_is_ignored(daemonset: Declared)
 
 @pytest.mark.parametrize("name", ["nvidia", "nvidia-cdi", "nvidia-legacy"])
 def test_operator_runtime_class_names(name: str) -> None:
-    runtime_class = "kubernetes:node.k8s.io/v1:RuntimeClass"
+    runtime_class = Token.RUNTIME_CLASS
     assert (
         violations(
             no_operator_runtime_class,

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import json
 
-from stack_config.names import DEVICE_PLUGIN_LABEL, OPERATOR_RUNTIME_CLASSES
-from tests.conftest import env_of, only
-from tests.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, node
-from tools.program import ProgramRun, run_program
-
-NODE_PATCH = "kubernetes:core/v1:NodePatch"
-DAEMONSET = "kubernetes:apps/v1:DaemonSet"
-RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
-QUOTA = "kubernetes:core/v1:ResourceQuota"
-NAMESPACE = "kubernetes:core/v1:Namespace"
-CLUSTER_POLICY = "kubernetes:nvidia.com/v1:ClusterPolicyPatch"
+from common.names import DEVICE_PLUGIN_LABEL, OPERATOR_RUNTIME_CLASSES, Token
+from offline.program import ProgramRun, run_program
+from tests.support.objects import env_of, only
+from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, node
 
 
 def component(run: ProgramRun, node_name: str) -> str:
-    return only([r for r in run.of_type("hidden-gpu:index:HiddenGpuNode") if r.name == node_name]).urn
+    return only([r for r in run.of_type(Token.HIDDEN_GPU_NODE) if r.name == node_name]).urn
 
 
 def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
-    patches = {r.inputs["metadata"]["name"]: r for r in run.of_type(NODE_PATCH)}
+    patches = {r.inputs["metadata"]["name"]: r for r in run.of_type(Token.NODE_PATCH)}
     assert set(patches) == {"gpu-node-01", "gpu-node-02"}
     for name, patch in patches.items():
         assert patch.inputs["metadata"]["labels"] == {
@@ -35,7 +28,7 @@ def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
 
 
 def test_plugin_is_pinned_to_the_exposed_gpus_on_its_node_only(run: ProgramRun) -> None:
-    daemonset = only(run.of_type(DAEMONSET))
+    daemonset = only(run.of_type(Token.DAEMONSET))
     pod = daemonset.inputs["spec"]["template"]["spec"]
     container = only_container(pod)
     env = env_of(container)
@@ -55,7 +48,7 @@ def only_container(pod: dict[str, object]) -> dict[str, object]:
 
 
 def test_plugin_is_unprivileged(run: ProgramRun) -> None:
-    pod = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
     security = only_container(pod)["securityContext"]
     assert security == {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert "hostPID" not in pod and "hostNetwork" not in pod
@@ -63,7 +56,7 @@ def test_plugin_is_unprivileged(run: ProgramRun) -> None:
 
 
 def test_plugin_has_what_a_device_plugin_pod_needs(run: ProgramRun) -> None:
-    pod = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
     container = only_container(pod)
     assert pod["volumes"] == [
         {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}}
@@ -78,7 +71,7 @@ def test_plugin_has_what_a_device_plugin_pod_needs(run: ProgramRun) -> None:
 
 
 def test_runtime_class_is_pinned_to_the_node_and_not_the_operators(run: ProgramRun) -> None:
-    runtime_class = only(run.of_type(RUNTIME_CLASS))
+    runtime_class = only(run.of_type(Token.RUNTIME_CLASS))
     assert runtime_class.inputs["handler"] == "nvidia"
     assert runtime_class.inputs["scheduling"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-01"}
     assert runtime_class.inputs["metadata"]["name"] not in OPERATOR_RUNTIME_CLASSES
@@ -87,14 +80,14 @@ def test_runtime_class_is_pinned_to_the_node_and_not_the_operators(run: ProgramR
 
 def test_plugin_waits_for_the_label_patch(run: ProgramRun) -> None:
     """Created after the patch; Pulumi deletes dependents first, so on destroy it goes first."""
-    daemonset = only(run.of_type(DAEMONSET))
-    patch = only([r for r in run.of_type(NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01"])
+    daemonset = only(run.of_type(Token.DAEMONSET))
+    patch = only([r for r in run.of_type(Token.NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01"])
     assert patch.urn in daemonset.dependencies
 
 
 def test_fully_hidden_node_gets_only_the_label_patch(run: ProgramRun) -> None:
     owned = [r for r in run.kubernetes_objects if r.parent == component(run, "gpu-node-02")]
-    assert [r.type for r in owned] == [NODE_PATCH]
+    assert [r.type for r in owned] == [Token.NODE_PATCH]
 
 
 def test_no_hidden_uuid_appears_in_any_object(run: ProgramRun) -> None:
@@ -105,17 +98,17 @@ def test_no_hidden_uuid_appears_in_any_object(run: ProgramRun) -> None:
 
 
 def test_one_quota_per_namespace(run: ProgramRun) -> None:
-    quota = only(run.of_type(QUOTA))
+    quota = only(run.of_type(Token.RESOURCE_QUOTA))
     assert quota.inputs["metadata"]["namespace"] == "ml-team"
     assert quota.inputs["spec"]["hard"] == {"requests.nvidia.com/gpu": "1"}
-    assert only(run.of_type("hidden-gpu:index:GpuQuotas")).urn == quota.parent
+    assert only(run.of_type(Token.GPU_QUOTAS)).urn == quota.parent
 
 
 def test_plugin_namespace_is_created_for_privileged_pod_security(run: ProgramRun) -> None:
-    namespace = only(run.of_type(NAMESPACE))
+    namespace = only(run.of_type(Token.NAMESPACE))
     assert namespace.inputs["metadata"]["name"] == "hidden-gpu-system"
     assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert namespace.urn in only(run.of_type(DAEMONSET)).dependencies
+    assert namespace.urn in only(run.of_type(Token.DAEMONSET)).dependencies
 
 
 def test_existing_namespace_is_reused() -> None:
@@ -123,12 +116,12 @@ def test_existing_namespace_is_reused() -> None:
         lambda c: c["hidden-gpu:devicePlugin"].update({"namespace": "gpu-system", "createNamespace": False})
     )
     run = run_program(config, "test")
-    assert run.of_type(NAMESPACE) == []
-    assert only(run.of_type(DAEMONSET)).inputs["metadata"]["namespace"] == "gpu-system"
+    assert run.of_type(Token.NAMESPACE) == []
+    assert only(run.of_type(Token.DAEMONSET)).inputs["metadata"]["namespace"] == "gpu-system"
 
 
 def test_every_object_goes_through_the_one_configured_provider(run: ProgramRun) -> None:
-    provider = only(run.of_type("pulumi:providers:kubernetes"))
+    provider = only(run.of_type(Token.PROVIDER))
     assert provider.inputs["context"] == "admin@test"
     for resource in run.kubernetes_objects:
         assert resource.provider.startswith(provider.urn + "::"), resource.name
@@ -137,10 +130,10 @@ def test_every_object_goes_through_the_one_configured_provider(run: ProgramRun) 
 def test_components_use_the_project_type_tokens(run: ProgramRun) -> None:
     components = {r.type for r in run.resources if not r.is_kubernetes_object and not r.type.startswith("pulumi:")}
     assert components == {
-        "hidden-gpu:index:HiddenGpuNode",
-        "hidden-gpu:index:GpuQuotas",
-        "hidden-gpu:index:AccessGuard",
-        "hidden-gpu:index:PluginNamespace",
+        Token.HIDDEN_GPU_NODE,
+        Token.GPU_QUOTAS,
+        Token.ACCESS_GUARD,
+        Token.PLUGIN_NAMESPACE,
     }
 
 
@@ -168,14 +161,14 @@ def test_outputs_per_node(run: ProgramRun) -> None:
 def test_two_exposed_gpus_are_comma_separated() -> None:
     second = HIDDEN[0]
     config = changed(lambda c: node(c).update({"exposedGpus": [EXPOSED, second], "hiddenGpus": HIDDEN[1:]}))
-    pod = only(run_program(config, "test").of_type(DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(run_program(config, "test").of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
     assert env_of(only_container(pod))["NVIDIA_VISIBLE_DEVICES"] == f"{EXPOSED},{second}"
 
 
 def test_operand_switches_follow_the_config() -> None:
     operands = {"gpuFeatureDiscovery": True, "dcgmExporter": False}
     run = run_program(changed(lambda c: node(c).__setitem__("operands", operands)), "test")
-    patch = next(r for r in run.of_type(NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01")
+    patch = next(r for r in run.of_type(Token.NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01")
     assert patch.inputs["metadata"]["labels"] == {
         DEVICE_PLUGIN_LABEL: "false",
         "nvidia.com/gpu.deploy.mig-manager": "false",
@@ -184,7 +177,7 @@ def test_operand_switches_follow_the_config() -> None:
 
 
 def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
-    assert run.of_type(CLUSTER_POLICY) == []
+    assert run.of_type(Token.CLUSTER_POLICY_PATCH) == []
     config = changed(
         lambda c: c.update(
             {
@@ -193,7 +186,7 @@ def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
             }
         )
     )
-    patch = only(run_program(config, "test").of_type(CLUSTER_POLICY)).inputs
+    patch = only(run_program(config, "test").of_type(Token.CLUSTER_POLICY_PATCH)).inputs
     assert (patch["apiVersion"], patch["kind"], patch["metadata"]["name"]) == (
         "nvidia.com/v1",
         "ClusterPolicy",
@@ -208,7 +201,7 @@ def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
 
 def test_plugin_pods_get_no_network(run: ProgramRun) -> None:
     policy = only(run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")).inputs
-    pod_labels = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]["metadata"]["labels"]
+    pod_labels = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["metadata"]["labels"]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()
     assert policy["metadata"]["namespace"] == "hidden-gpu-system"
@@ -217,10 +210,10 @@ def test_plugin_pods_get_no_network(run: ProgramRun) -> None:
 
 
 def test_scan_exceptions_carry_reasons_and_drop_the_digest_one_for_digests(run: ProgramRun) -> None:
-    skips = only(run.of_type(DAEMONSET)).inputs["metadata"]["annotations"]
+    skips = only(run.of_type(Token.DAEMONSET)).inputs["metadata"]["annotations"]
     assert all("=" in value and len(value.split("=", 1)[1]) > 20 for value in skips.values())
     assert any(value.startswith("CKV_K8S_43=") for value in skips.values())
     image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0@sha256:" + "a" * 64
     pinned = run_program(changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", image)), "test")
-    skips = only(pinned.of_type(DAEMONSET)).inputs["metadata"]["annotations"]
+    skips = only(pinned.of_type(Token.DAEMONSET)).inputs["metadata"]["annotations"]
     assert not any(value.startswith("CKV_K8S_43=") for value in skips.values())

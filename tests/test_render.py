@@ -1,4 +1,4 @@
-"""The offline render, the project's main job: python -m tools.render."""
+"""The offline render, the project's main job: python -m offline.render."""
 
 from __future__ import annotations
 
@@ -6,28 +6,21 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.stacks import REJECTIONS, Rejection, valid_config
-from tools import render
+from offline import render
+from tests.support.stacks import REJECTIONS, Rejection, valid_config, write_stack
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def write_stack(tmp_path: Path, config: dict[str, Any]) -> Path:
-    path = tmp_path / "Pulumi.case.yaml"
-    path.write_text(yaml.safe_dump({"config": config}), encoding="utf-8")
-    return path
 
 
 def test_prod_render_end_to_end(tmp_path: Path) -> None:
     """The issue's acceptance: labels on both nodes, one plugin, no hidden UUID, quotas."""
     out = tmp_path / "prod"
     result = subprocess.run(
-        [sys.executable, "-m", "tools.render", "--stack", "prod", "--out", str(out)],
+        [sys.executable, "-m", "offline.render", "--stack", "prod", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -36,7 +29,7 @@ def test_prod_render_end_to_end(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     stack = yaml.safe_load((ROOT / "stacks" / "Pulumi.prod.yaml").read_text())["config"]
     nodes = stack["hidden-gpu:nodes"]
-    objects = {p.name: yaml.safe_load(p.read_text()) for p in out.iterdir()}
+    objects = {p.name: yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")}
     patched = {o["metadata"]["name"] for o in objects.values() if o["kind"] == "Node"}
     assert patched == {n["name"] for n in nodes}
     daemonsets = [o for o in objects.values() if o["kind"] == "DaemonSet"]
@@ -44,7 +37,7 @@ def test_prod_render_end_to_end(tmp_path: Path) -> None:
     env = {e["name"]: e["value"] for e in daemonsets[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
     exposing = next(n for n in nodes if n["exposedGpus"])
     assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == exposing["exposedGpus"]
-    rendered_text = "".join(p.read_text() for p in out.iterdir())
+    rendered_text = "".join(p.read_text() for p in out.glob("*.yaml"))
     for hidden in (uuid for n in nodes for uuid in n.get("hiddenGpus", [])):
         assert hidden not in rendered_text
     quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in objects.values() if o["kind"] == "ResourceQuota"}
@@ -58,17 +51,19 @@ def test_render_is_byte_identical_across_runs(tmp_path: Path) -> None:
     stack_file = write_stack(tmp_path, valid_config())
     for out in ("a", "b"):
         assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / out)]) == 0
-    first = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
-    second = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    first = {p.name: p.read_bytes() for p in (tmp_path / "a").glob("*.yaml")}
+    second = {p.name: p.read_bytes() for p in (tmp_path / "b").glob("*.yaml")}
     assert first == second and len(first) == 9
 
 
 def test_rerender_replaces_stale_objects(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    out.mkdir()
+    stack_file = write_stack(tmp_path, valid_config())
+    assert render.main(["--stack-file", str(stack_file), "--out", str(out)]) == 0
     (out / "daemonset.old.yaml").write_text("stale")
-    assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(out)]) == 0
+    assert render.main(["--stack-file", str(stack_file), "--out", str(out)]) == 0
     assert not (out / "daemonset.old.yaml").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.case.yaml", "out"]  # no staging left
 
 
 def test_refuses_to_replace_a_directory_that_is_not_a_render(
@@ -77,7 +72,7 @@ def test_refuses_to_replace_a_directory_that_is_not_a_render(
     (tmp_path / "notes.txt").write_text("keep me")
     assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(tmp_path)]) == 2
     assert (tmp_path / "notes.txt").read_text() == "keep me"
-    assert "is not a render directory" in capsys.readouterr().err
+    assert "exists and was not written by hidden-gpu" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("case", REJECTIONS, ids=lambda case: case.id)
@@ -101,7 +96,7 @@ def test_invalid_config_through_the_real_command(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "tools.render",
+            "offline.render",
             "--stack-file",
             str(write_stack(tmp_path, case.config)),
             "--out",
@@ -137,7 +132,7 @@ def test_stack_file_that_is_not_yaml(tmp_path: Path, capsys: pytest.CaptureFixtu
     path = tmp_path / "Pulumi.bad.yaml"
     path.write_text("config: [unclosed\n")
     assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "out")]) == 2
-    assert "not valid YAML at line" in capsys.readouterr().err
+    assert "Pulumi.bad.yaml:2: not valid YAML" in capsys.readouterr().err
 
 
 def test_summary_lists_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from tools import render
+from offline import render
 
 STACK_FILES = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
 KUBERNETES_VERSIONS = ["1.30", "1.37"]

@@ -11,49 +11,24 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from components.hidden_gpu_node import CONFIG_CHECKSUM_ANNOTATION
+from common.names import CONFIG_CHECKSUM_ANNOTATION, Token
+from host import discover
+from offline import render
+from offline.program import ProgramRun, run_program
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
-from tests.conftest import env_of, only
-from tests.fake_nvml import FakeGpu, fake_nvml
-from tests.stacks import EXPOSED, HIDDEN, changed, node
-from tools import discover, render
-from tools.program import ProgramRun, run_program
-
-DAEMONSET = "kubernetes:apps/v1:DaemonSet"
-CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
-PARENT = "GPU-11111111-2222-4333-8444-555566667777"
-MIG_A = "MIG-aaaaaaaa-2222-4333-8444-555566667777"
-MIG_B = "MIG-bbbbbbbb-2222-4333-8444-555566667777"
-
-
-def time_sliced(replicas: object = 4, **extra: Any) -> dict[str, Any]:
-    return changed(lambda c: node(c).__setitem__("timeSlicing", {"replicas": replicas, **extra}))
-
-
-def with_mig(
-    strategy: str = "mixed", exposed: list[str] | None = None, hidden: list[str] | None = None
-) -> dict[str, Any]:
-    def change(config: dict[str, Any]) -> None:
-        node(config).update(
-            {
-                "exposedGpus": [EXPOSED, *(exposed if exposed is not None else [MIG_A, MIG_B])],
-                "hiddenGpus": [*HIDDEN, *(hidden or [])],
-                "migStrategy": strategy,
-                "migDevices": {PARENT: [MIG_A, MIG_B]},
-            }
-        )
-
-    return changed(change)
+from tests.support.fake_nvml import FakeGpu, fake_nvml
+from tests.support.objects import env_of, only
+from tests.support.stacks import EXPOSED, HIDDEN, MIG_A, MIG_B, PARENT, changed, node, time_sliced, with_mig
 
 
 def plugin(run: ProgramRun) -> tuple[dict[str, Any], dict[str, Any]]:
-    daemonset = only(run.of_type(DAEMONSET)).inputs
+    daemonset = only(run.of_type(Token.DAEMONSET)).inputs
     return daemonset, daemonset["spec"]["template"]["spec"]
 
 
 def test_time_slicing_config_map_field_by_field() -> None:
     run = run_program(time_sliced(4, renameByDefault=True), "test")
-    config_map = only(run.of_type(CONFIG_MAP)).inputs
+    config_map = only(run.of_type(Token.CONFIG_MAP)).inputs
     assert config_map["metadata"] == {
         "name": "nvidia-device-plugin-gpu-node-01-config",
         "namespace": "hidden-gpu-system",
@@ -78,17 +53,17 @@ def test_plugin_mounts_its_config_and_rolls_when_it_changes() -> None:
         "volumeMounts"
     ]
     assert {"name": "plugin-config", "configMap": {"name": "nvidia-device-plugin-gpu-node-01-config"}} in pod["volumes"]
-    content = only(run.of_type(CONFIG_MAP)).inputs["data"]["config.yaml"]
+    content = only(run.of_type(Token.CONFIG_MAP)).inputs["data"]["config.yaml"]
     checksum = daemonset["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION]
     assert checksum == hashlib.sha256(content.encode()).hexdigest()
     other, _ = plugin(run_program(time_sliced(8), "test"))
     assert other["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION] != checksum
-    assert only(run.of_type(CONFIG_MAP)).urn in only(run.of_type(DAEMONSET)).dependencies
+    assert only(run.of_type(Token.CONFIG_MAP)).urn in only(run.of_type(Token.DAEMONSET)).dependencies
 
 
 def test_no_config_without_time_slicing(run: ProgramRun) -> None:
     daemonset, pod = plugin(run)
-    assert run.of_type(CONFIG_MAP) == []
+    assert run.of_type(Token.CONFIG_MAP) == []
     assert "CONFIG_FILE" not in env_of(pod["containers"][0])
     assert "annotations" not in daemonset["spec"]["template"]["metadata"]
 
@@ -138,8 +113,8 @@ def test_no_mig_means_no_capability(run: ProgramRun) -> None:
 def test_mig_plugin_is_admitted_only_in_its_namespace() -> None:
     """SYS_ADMIN is what the guard denies tenants; the plugin's namespace is exempt."""
     run = run_program(with_mig("single"), "test")
-    policy = only(run.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")).inputs
-    template = only(run.of_type(DAEMONSET)).inputs["spec"]["template"]
+    policy = only(run.of_type(Token.ADMISSION_POLICY)).inputs
+    template = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]
     request_for = {"object": {"metadata": template["metadata"], "spec": template["spec"]}}
     condition = policy["spec"]["matchConditions"][0]["expression"]
     assert cel.evaluate(condition, {**request_for, "request": {"namespace": "hidden-gpu-system"}}) is False
@@ -231,8 +206,9 @@ MIG_REJECTIONS = [
 def test_sharing_rejections(config: dict[str, Any], key: str, reason: str) -> None:
     with pytest.raises(InvalidConfigError) as raised:
         parse_project_config(config)
-    message = str(raised.value)
-    assert message.startswith(key) and reason in message and "\n" not in message, message
+    first = str(raised.value.errors[0])
+    assert first.startswith(key) and reason in first and "\n" not in first, first
+    assert all(str(error).startswith("hidden-gpu:") for error in raised.value.errors)
 
 
 def test_valid_mig_layouts_are_accepted() -> None:

@@ -1,4 +1,4 @@
-"""tools.verify through the real kubernetes client against an API server on loopback."""
+"""cluster.verify through the real kubernetes client against an API server on loopback."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from cluster import verify
 from stack_config import load_stack_file
-from tests.fake_apiserver import kubeconfig_for, node, pod, serve
-from tools import verify
+from tests.support.fake_apiserver import kubeconfig_for, node, pod, serve
 
 PROD = Path(__file__).resolve().parent.parent / "stacks" / "Pulumi.prod.yaml"
 OFF = {"nvidia.com/gpu.deploy.device-plugin": "false"}

@@ -1,20 +1,18 @@
 """Does the cluster see only our GPUs? Checks every node of a stack against the live API.
 
-    python -m tools.verify --stack prod [--context admin@prod] [--kubeconfig PATH]
+    python -m cluster.verify --stack prod [--context admin@prod] [--kubeconfig PATH]
 
 Per node: capacity and allocatable nvidia.com/gpu equal what the stack advertises (exposed GPUs
 times time-slicing replicas), the device-plugin label is `false`, no GPU Operator device plugin
 runs there, and the pinned plugin pod is Ready.
 Kubeconfig and context are found as kubectl finds them. Exit 1 on any mismatch, 2 on an invalid
-stack file or kubeconfig, 3 when the API server cannot be reached or refuses.
+stack file or kubeconfig, 3 when the API server cannot be reached or refuses, 4 on an internal error.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
@@ -22,13 +20,26 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
-from stack_config import InvalidConfigError, NodeConfig, find_stack_file, load_stack_file
-from stack_config.names import DEVICE_PLUGIN_LABEL, INSTANCE_LABEL, PART_OF, PART_OF_LABEL
-from tools.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, format_table, print_errors
-
-GPU_RESOURCE = "nvidia.com/gpu"
-# The GPU Operator's plugin DaemonSet labels its pods so.
-OPERATOR_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
+from common.cli import (
+    EXIT_FINDING,
+    EXIT_OK,
+    UnavailableError,
+    UsageError,
+    add_stack_source,
+    format_table,
+    parser,
+    run,
+    stack_file,
+)
+from common.names import (
+    DEVICE_PLUGIN_LABEL,
+    GPU_RESOURCE,
+    INSTANCE_LABEL,
+    OPERATOR_PLUGIN_SELECTOR,
+    PART_OF,
+    PART_OF_LABEL,
+)
+from stack_config import NodeConfig, load_stack_file
 
 
 @dataclass(frozen=True)
@@ -84,32 +95,31 @@ def table(checks: list[Check]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.verify", description=__doc__.splitlines()[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--stack", help="stack name: reads stacks/Pulumi.<stack>.yaml")
-    source.add_argument("--stack-file", type=Path, help="any Pulumi stack file")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config, as kubectl")
-    parser.add_argument("--context", help="default: the kubeconfig's current context")
-    args = parser.parse_args(argv)
+    arguments = parser("python -m cluster.verify", __doc__)
+    add_stack_source(arguments)
+    arguments.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config, as kubectl")
+    arguments.add_argument("--context", help="default: the kubeconfig's current context")
+    args = arguments.parse_args(argv)
 
-    try:
-        stack = load_stack_file(args.stack_file or find_stack_file(args.stack))
-        config.load_kube_config(config_file=args.kubeconfig, context=args.context)  # type: ignore[no-untyped-call]
+    def command() -> int:
+        stack = load_stack_file(stack_file(args))
+        try:
+            config.load_kube_config(config_file=args.kubeconfig, context=args.context)  # type: ignore[no-untyped-call]
+        except (ConfigException, OSError) as error:
+            raise UsageError(f"kubeconfig: {error}") from None
         core = client.CoreV1Api()
-        checks = [c for node in stack.nodes for c in check_node(core, node, stack.device_plugin.namespace)]
-    except (InvalidConfigError, ConfigException) as error:
-        print_errors(str(error).splitlines()[0])
-        return EXIT_USAGE
-    except ApiException as error:
-        print_errors(f"the API server answered {error.status} {error.reason}")
-        return EXIT_UNAVAILABLE
-    except HTTPError as error:
-        print_errors(f"cannot reach the API server: {error}")
-        return EXIT_UNAVAILABLE
-    print(table(checks))
-    failed = [c for c in checks if not c.ok]
-    print(f"result: {len(failed)} mismatch(es) in {len(checks)} checks")
-    return EXIT_FINDING if failed else EXIT_OK
+        try:
+            checks = [c for node in stack.nodes for c in check_node(core, node, stack.device_plugin.namespace)]
+        except ApiException as error:
+            raise UnavailableError(f"the API server answered {error.status} {error.reason}") from None
+        except HTTPError as error:
+            raise UnavailableError(f"cannot reach the API server: {error}") from None
+        print(table(checks))
+        failed = [c for c in checks if not c.ok]
+        print(f"result: {len(failed)} mismatch(es) in {len(checks)} checks")
+        return EXIT_FINDING if failed else EXIT_OK
+
+    return run(command, args.debug)
 
 
 if __name__ == "__main__":

@@ -1,25 +1,24 @@
 """List this host's GPUs by UUID, write a node's stack entry, or check a stack against the host.
 
-    python -m tools.discover                 # table: index, UUID, name, PCI bus, memory, MIG
-    python -m tools.discover --json
-    python -m tools.discover --expose 0,3 [--node NAME]
-    python -m tools.discover --check stacks/Pulumi.prod.yaml [--node NAME]
+    python -m host.discover                 # table: index, UUID, name, PCI bus, memory, MIG
+    python -m host.discover --json
+    python -m host.discover --expose 0,3 [--node NAME]
+    python -m host.discover --check stacks/Pulumi.prod.yaml [--node NAME]
 
 Runs on the GPU host with only nvidia-ml-py; --check also reads the stack file (PyYAML, pydantic).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import sys
 from pathlib import Path
 from types import ModuleType
 
-from tools.cli import EXIT_FINDING, EXIT_OK, UsageError, format_table
-from tools.hostcli import run, stack_node
-from tools.nvml import Gpu, list_gpus, load_nvml, session
+from common.cli import EXIT_FINDING, EXIT_OK, UsageError, format_table, parser, run
+from host.nvml import Gpu, list_gpus, load_nvml, session
+from host.stack import stack_node
 
 GIB = 1024**3
 
@@ -79,7 +78,7 @@ def check(stack_file: Path, node_name: str, gpus: list[Gpu]) -> tuple[str, bool]
     lines = [f"node {node_name} in {stack_file} against this host ({len(gpus)} GPUs):"]
     problems = 0
     for gpu in gpus:
-        role = listed.get(gpu.uuid)
+        role: str | None = listed.get(gpu.uuid)
         slices = [mig.uuid for mig in gpu.mig_devices]
         if role is None and slices and all(uuid in listed for uuid in slices):
             role = "by its MIG devices"
@@ -97,13 +96,13 @@ def check(stack_file: Path, node_name: str, gpus: list[Gpu]) -> tuple[str, bool]
 
 
 def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.discover", description=__doc__.splitlines()[0])
-    mode = parser.add_mutually_exclusive_group()
+    arguments = parser("python -m host.discover", __doc__)
+    mode = arguments.add_mutually_exclusive_group()
     mode.add_argument("--json", action="store_true", help="print the GPUs as JSON")
     mode.add_argument("--expose", metavar="INDICES", help="comma-separated indices to expose, e.g. 0,3")
     mode.add_argument("--check", metavar="STACKFILE", type=Path, help="check a stack file against this host")
-    parser.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
-    args = parser.parse_args(argv)
+    arguments.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
+    args = arguments.parse_args(argv)
 
     def command() -> int:
         module = nvml if nvml is not None else load_nvml()
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
             print(table(gpus))
         return EXIT_OK
 
-    return run(command)
+    return run(command, args.debug)
 
 
 if __name__ == "__main__":

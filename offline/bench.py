@@ -1,6 +1,6 @@
 """How the program's cost grows with the fleet, next to plain pulumi-kubernetes.
 
-    python -m tools.bench --nodes 1,10,100,1000 [--json]
+    python -m offline.bench --nodes 1,10,100,1000 [--json]
 
 For each size, a synthetic stack of that many 8-GPU nodes (2 exposed, 6 hidden) runs through
 the real program under Pulumi's mocks; the baseline declares the very same Kubernetes objects
@@ -29,8 +29,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from tools.cli import EXIT_OK, EXIT_USAGE, print_errors
-from tools.program import run_callable, run_program
+from common.cli import EXIT_OK, UsageError, parser, run
+from common.names import PROJECT
+from offline.program import run_callable, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS_PER_NODE = 8
@@ -42,7 +43,7 @@ def synthetic_stack(nodes: int) -> dict[str, Any]:
         return f"GPU-{uuid.UUID(int=node * GPUS_PER_NODE + index + 1, version=4)}"
 
     return {
-        "hidden-gpu:nodes": [
+        f"{PROJECT}:nodes": [
             {
                 "name": f"gpu-node-{node:05d}",
                 "exposedGpus": [gpu(node, i) for i in range(EXPOSED_PER_NODE)],
@@ -50,7 +51,7 @@ def synthetic_stack(nodes: int) -> dict[str, Any]:
             }
             for node in range(nodes)
         ],
-        "hidden-gpu:quotas": {"ml-team": EXPOSED_PER_NODE},
+        f"{PROJECT}:quotas": {"ml-team": EXPOSED_PER_NODE},
     }
 
 
@@ -70,11 +71,11 @@ def baseline_objects(nodes: int) -> list[tuple[str, str, dict[str, Any]]]:
     """The objects the program declares for `nodes` nodes, as (type, name, object), built by
     substituting each node's name and UUIDs into what the program renders for one node."""
     template = run_program(synthetic_stack(1), "bench").kubernetes_objects
-    one_node = synthetic_stack(1)["hidden-gpu:nodes"][0]
+    one_node = synthetic_stack(1)[f"{PROJECT}:nodes"][0]
     per_node = [r for r in template if one_node["name"] in json.dumps(r.inputs)]
     shared = [(r.type, r.name, r.inputs) for r in template if r not in per_node]
     objects = list(shared)
-    for node in synthetic_stack(nodes)["hidden-gpu:nodes"]:
+    for node in synthetic_stack(nodes)[f"{PROJECT}:nodes"]:
         replacements = {one_node["name"]: node["name"]}
         for key in ("exposedGpus", "hiddenGpus"):
             replacements |= dict(zip(one_node[key], node[key], strict=True))
@@ -137,7 +138,7 @@ def _callgrind_instrumentation(state: str) -> None:
 
 
 def measure(kind: str, nodes: int) -> dict[str, Any]:
-    command = [sys.executable, "-m", "tools.bench", "--worker", kind, "--nodes", str(nodes)]
+    command = [sys.executable, "-m", "offline.bench", "--worker", kind, "--nodes", str(nodes)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
     measured: dict[str, Any] = json.loads(result.stdout)
     return measured
@@ -180,27 +181,29 @@ def text(table: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", default="1,10,100,1000", help="comma-separated stack sizes")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--repeat", type=int, default=5, help="program/baseline pairs per size")
-    parser.add_argument("--worker", choices=["program", "baseline"], help=argparse.SUPPRESS)
-    parser.add_argument("--callgrind", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    try:
-        sizes = [int(n) for n in args.nodes.split(",")]
-    except ValueError:
-        print_errors(f"--nodes {args.nodes}: expected whole numbers, e.g. 1,10,100")
-        return EXIT_USAGE
-    if any(n < 1 for n in sizes):
-        print_errors(f"--nodes {args.nodes}: sizes must be at least 1")
-        return EXIT_USAGE
-    if args.worker:
-        print(json.dumps(_worker(args.worker, sizes[0], callgrind=args.callgrind)))
+    arguments = parser("python -m offline.bench", __doc__)
+    arguments.add_argument("--nodes", default="1,10,100,1000", help="comma-separated stack sizes")
+    arguments.add_argument("--json", action="store_true", help="print the rows as JSON")
+    arguments.add_argument("--repeat", type=int, default=5, help="program/baseline pairs per size")
+    arguments.add_argument("--worker", choices=["program", "baseline"], help=argparse.SUPPRESS)
+    arguments.add_argument("--callgrind", action="store_true", help=argparse.SUPPRESS)
+    args = arguments.parse_args(argv)
+
+    def command() -> int:
+        try:
+            sizes = [int(n) for n in args.nodes.split(",")]
+        except ValueError:
+            raise UsageError(f"--nodes {args.nodes}: expected whole numbers, e.g. 1,10,100") from None
+        if any(n < 1 for n in sizes):
+            raise UsageError(f"--nodes {args.nodes}: sizes must be at least 1")
+        if args.worker:
+            print(json.dumps(_worker(args.worker, sizes[0], callgrind=args.callgrind)))
+            return EXIT_OK
+        table = rows(sizes, max(1, args.repeat))
+        print(json.dumps(table, indent=2) if args.json else text(table))
         return EXIT_OK
-    table = rows(sizes, max(1, args.repeat))
-    print(json.dumps(table, indent=2) if args.json else text(table))
-    return EXIT_OK
+
+    return run(command, args.debug)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Who uses which GPU on this host, and does any Kubernetes pod use a hidden one?
 
-    python -m tools.audit --stack-file stacks/Pulumi.prod.yaml --node gpu-node-01 [--proc-root /proc] [--json]
+    python -m host.audit --stack-file stacks/Pulumi.prod.yaml --node gpu-node-01 [--proc-root /proc] [--json]
 
 Every process NVML reports is mapped through <proc-root>/<pid>/cgroup to its pod UID and
 container id. A pod's process on a hidden GPU is a violation (exit 1); a process outside
@@ -9,7 +9,6 @@ Kubernetes on an exposed GPU is a warning (the other organisation may be using o
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import socket
@@ -19,9 +18,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tools.cli import EXIT_FINDING, EXIT_OK
-from tools.hostcli import run, stack_node
-from tools.nvml import gpu_processes, list_gpus, load_nvml, session
+from common.cli import EXIT_FINDING, EXIT_OK, parser, run
+from host.nvml import gpu_processes, list_gpus, load_nvml, session
+from host.stack import stack_node
 
 # The kubelet names pod cgroups `pod<uid>` (cgroupfs driver) or `kubepods-<qos>-pod<uid_with_underscores>.slice`
 # (systemd driver); the container's cgroup is its 64-hex id, bare (cgroupfs) or wrapped by the runtime
@@ -132,12 +131,12 @@ def text(report: Report) -> str:
 
 
 def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.audit", description=__doc__.splitlines()[0])
-    parser.add_argument("--stack-file", type=Path, required=True, help="the stack that lists this node")
-    parser.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
-    parser.add_argument("--proc-root", type=Path, default=Path("/proc"), help="the host's /proc, e.g. /host/proc")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
+    arguments = parser("python -m host.audit", __doc__)
+    arguments.add_argument("--stack-file", type=Path, required=True, help="the stack that lists this node")
+    arguments.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
+    arguments.add_argument("--proc-root", type=Path, default=Path("/proc"), help="the host's /proc, e.g. /host/proc")
+    arguments.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = arguments.parse_args(argv)
 
     def command() -> int:
         node = stack_node(args.stack_file, args.node)
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
         print(json.dumps(report.as_json(), indent=2) if args.json else text(report))
         return EXIT_FINDING if report.violations else EXIT_OK
 
-    return run(command)
+    return run(command, args.debug)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """What the host's GPUs are and who uses them, read through NVML (nvidia-ml-py, `import pynvml`).
 
-Host-side code: imports nothing but the standard library, so it runs on a GPU server that only
-has nvidia-ml-py. The NVML module is passed in, which lets tests inject a fake one.
+Host-side code: imports nothing but the standard library and common/, so it runs on a GPU server
+that only has nvidia-ml-py. The NVML module is passed in, which lets tests inject a fake one.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from common.cli import UnavailableError
 
-class NvmlUnavailableError(Exception):
+
+class NvmlUnavailableError(UnavailableError):
     """NVML cannot answer on this machine; the message says why and what to do."""
 
 

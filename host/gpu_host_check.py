@@ -1,11 +1,11 @@
 """Prove the host tools on a real NVIDIA GPU host; prints what the README's host-tools section reports.
 
-    python3 scripts/gpu_host_check.py [--runs 15] [--json-out FILE]
+    python3 -m host.gpu_host_check [--runs 15] [--json-out NEW_FILE]
 
-1. `tools.discover --json` against `nvidia-smi --query-gpu=...`, field by field.
+1. `host.discover --json` against `nvidia-smi --query-gpu=...`, field by field.
 2. Wall time (median of --runs) of `discover --json`, `nvidia-smi -L`, and a bare `python3 -c`
    that only initialises NVML and reads the same fields: discover should add at most 50 ms.
-3. `tools.audit` seeing a real CUDA process (PyTorch) on GPU 0, with GPU 0 hidden, then exposed,
+3. `host.audit` seeing a real CUDA process (PyTorch) on GPU 0, with GPU 0 hidden, then exposed,
    then hidden with the process's cgroup shown as a pod's (a fixture /proc): a violation.
 Needs a GPU, nvidia-smi, nvidia-ml-py; PyTorch for the CUDA process; PyYAML and pydantic for audit.
 """
@@ -51,7 +51,7 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def compare_with_nvidia_smi() -> dict[str, Any]:
-    ours = json.loads(sh(PY, "-m", "tools.discover", "--json").stdout)
+    ours = json.loads(sh(PY, "-m", "host.discover", "--json").stdout)
     query = "index,uuid,name,pci.bus_id,memory.total"
     rows = sh("nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits").stdout.strip().splitlines()
     mismatches = []
@@ -83,7 +83,7 @@ def median_ms(command: list[str], runs: int) -> float:
 
 def timings(runs: int) -> dict[str, float]:
     result = {
-        "discover --json": median_ms([PY, "-m", "tools.discover", "--json"], runs),
+        "discover --json": median_ms([PY, "-m", "host.discover", "--json"], runs),
         "nvidia-smi -L": median_ms(["nvidia-smi", "-L"], runs),
         "bare python3 NVML": median_ms([PY, "-c", BARE_NVML], runs),
     }
@@ -97,7 +97,7 @@ def audit_real_process(workdir: Path) -> dict[str, Any]:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         time.sleep(1)
         smi_pids = sh("nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader").stdout
-        uuids = [g["uuid"] for g in json.loads(sh(PY, "-m", "tools.discover", "--json").stdout)]
+        uuids = [g["uuid"] for g in json.loads(sh(PY, "-m", "host.discover", "--json").stdout)]
         results: dict[str, Any] = {"holderPid": holder.pid, "nvidiaSmiComputeApps": smi_pids.strip()}
         node = "gpu-host-check"
         for label, exposed_indices, proc_root in (
@@ -105,15 +105,15 @@ def audit_real_process(workdir: Path) -> dict[str, Any]:
             ("gpu0-exposed", "0", "/proc"),
             ("gpu0-hidden-process-in-a-pod", "", str(fake_pod_proc(workdir, holder.pid))),
         ):
-            entry = sh(PY, "-m", "tools.discover", "--expose", exposed_indices, "--node", node).stdout
+            entry = sh(PY, "-m", "host.discover", "--expose", exposed_indices, "--node", node).stdout
             stack = workdir / f"Pulumi.{label}.yaml"
             indented = "\n".join("    " + line for line in entry.splitlines())
             stack.write_text(f"config:\n  hidden-gpu:nodes:\n{indented}\n")
-            check = sh(PY, "-m", "tools.discover", "--check", str(stack), "--node", node, check=False)
+            check = sh(PY, "-m", "host.discover", "--check", str(stack), "--node", node, check=False)
             audit = sh(
                 PY,
                 "-m",
-                "tools.audit",
+                "host.audit",
                 "--stack-file",
                 str(stack),
                 "--node",
@@ -154,6 +154,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
+    if args.json_out and args.json_out.exists():
+        parser.error(f"--json-out {args.json_out}: exists; measurements are never overwritten")
     workdir = Path(tempfile.mkdtemp(prefix="gpu-host-check-"))
     try:
         report: dict[str, Any] = {
@@ -168,7 +170,9 @@ def main() -> int:
     text = json.dumps(report, indent=2)
     print(text)
     if args.json_out:
-        args.json_out.write_text(text)
+        # A new file only: a measurement never overwrites an earlier one.
+        with args.json_out.open("x", encoding="utf-8") as out:
+            out.write(text)
     return 1 if report["comparison"]["mismatches"] else 0
 
 

@@ -1,29 +1,38 @@
 """Per-object, per-field difference between two render directories.
 
-    python -m tools.diff BASE_DIR HEAD_DIR
+    python -m offline.diff BASE_DIR HEAD_DIR [--exit-code]
 
 What a reviewer needs from a change to which GPUs a cluster may touch: which objects appear,
-disappear or change, and for a change, which fields, with old and new values.
+disappear or change, and for a change, which fields, with old and new values. An added or removed
+device plugin names its node and the UUIDs it exposes; a node that leaves the stack is flagged.
+With --exit-code the status is 1 when the renders differ, so a job can gate on it.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tools.cli import EXIT_OK, EXIT_USAGE, print_errors
+from common.cli import EXIT_FINDING, EXIT_OK, UsageError, parser, run
+from common.names import INSTANCE_LABEL, VISIBLE_DEVICES_ENV
 
 _ABSENT = object()
+NO_CHANGES = "no changes"
 
 
 def _load(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: not a directory")
-    return {p.name: yaml.safe_load(p.read_text(encoding="utf-8")) for p in sorted(directory.glob("*.yaml"))}
+        raise UsageError(f"{directory}: not a directory")
+    objects = {}
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            objects[path.name] = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+            raise UsageError(f"{path}: cannot read a rendered object ({type(error).__name__})") from None
+    return objects
 
 
 def _show(value: Any) -> str:
@@ -65,34 +74,62 @@ def field_changes(base: Any, head: Any, path: str = "") -> list[tuple[str, Any, 
     return [] if base == head else [(path, base, head)]
 
 
+def _gpus(obj: Any) -> str | None:
+    """`node N exposes UUID,...` for a device-plugin DaemonSet, else None."""
+    if not isinstance(obj, dict) or obj.get("kind") != "DaemonSet":
+        return None
+    pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+    for container in pod.get("containers", []):
+        devices = {e.get("name"): e.get("value") for e in container.get("env", [])}.get(VISIBLE_DEVICES_ENV)
+        if devices is not None:
+            node = (obj.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL, "?")
+            return f"node {node} exposes {devices}"
+    return None
+
+
+def _context(obj: Any, removed: bool) -> list[str]:
+    """What a reviewer must not miss about an object that comes or goes."""
+    gpus = _gpus(obj)
+    if gpus is not None:
+        return [f"    {gpus}" + (" (no longer)" if removed else "")]
+    if removed and isinstance(obj, dict) and obj.get("kind") == "Node":
+        node = obj.get("metadata", {}).get("name")
+        return [f"    ! node {node} leaves the stack: its labels stay on the node (retained), so it stays hidden"]
+    return []
+
+
 def diff(base_dir: Path, head_dir: Path) -> str:
     base, head = _load(base_dir), _load(head_dir)
     lines = []
     for name in sorted(set(base) | set(head)):
         if name not in head:
             lines.append(f"- removed {name}")
+            lines += _context(base[name], removed=True)
         elif name not in base:
             lines.append(f"+ added   {name}")
+            lines += _context(head[name], removed=False)
         elif base[name] != head[name]:
             lines.append(f"~ changed {name}")
             lines += [
                 f"    {field}: {_show(old)} -> {_show(new)}"
                 for field, old, new in field_changes(base[name], head[name])
             ]
-    return "\n".join(lines) if lines else "no changes"
+    return "\n".join(lines) if lines else NO_CHANGES
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.diff", description=__doc__.splitlines()[0])
-    parser.add_argument("base", type=Path, help="render directory of the base (e.g. main)")
-    parser.add_argument("head", type=Path, help="render directory of the change")
-    args = parser.parse_args(argv)
-    try:
-        print(diff(args.base, args.head))
-    except FileNotFoundError as error:
-        print_errors(str(error))
-        return EXIT_USAGE
-    return EXIT_OK
+    arguments = parser("python -m offline.diff", __doc__)
+    arguments.add_argument("base", type=Path, help="render directory of the base (e.g. main)")
+    arguments.add_argument("head", type=Path, help="render directory of the change")
+    arguments.add_argument("--exit-code", action="store_true", help="exit 1 when the renders differ")
+    args = arguments.parse_args(argv)
+
+    def command() -> int:
+        text = diff(args.base, args.head)
+        print(text)
+        return EXIT_FINDING if args.exit_code and text != NO_CHANGES else EXIT_OK
+
+    return run(command, args.debug)
 
 
 if __name__ == "__main__":

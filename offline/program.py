@@ -6,21 +6,20 @@ no provider plugin, but the same code path `pulumi up` takes up to the provider 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.runtime import settings as pulumi_settings
-from pulumi.runtime.mocks import MockMonitor
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
-from stack_config import PROJECT
+from common.names import PROJECT
+from components.sdk import MockMonitor, reset_root, root_outputs, run_sync
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 # A collection threshold no run reaches.
@@ -72,9 +71,14 @@ class _RecordingMonitor(MockMonitor):
     def __init__(self, run: ProgramRun) -> None:
         super().__init__(_Mocks())
         self._run = run
+        # The mock monitor answers on executor threads and gives each thread an event loop of its
+        # own, which nobody closes: left to the collector at exit, a loop whose self-pipe socket
+        # was finalised first prints "Exception ignored in BaseEventLoop.__del__". Kept to close.
+        self.thread_loops: set[asyncio.AbstractEventLoop] = set()
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
         response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        self._keep_thread_loop()
         if request.type != "pulumi:pulumi:Stack":
             self._run.resources.append(
                 Declared(
@@ -89,14 +93,35 @@ class _RecordingMonitor(MockMonitor):
             )
         return response
 
+    def _keep_thread_loop(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            with contextlib.suppress(RuntimeError):
+                self.thread_loops.add(asyncio.get_event_loop_policy().get_event_loop())
+
+
+@contextlib.contextmanager
+def _own_event_loops(monitor: _RecordingMonitor) -> Iterator[None]:
+    """A fresh event loop for the run, closed afterwards with every loop the mock monitor's threads
+    made: what is closed is never finalised by the collector at interpreter exit."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        for thread_loop in monitor.thread_loops:
+            if not thread_loop.is_closed() and not thread_loop.is_running():
+                thread_loop.close()
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+        asyncio.set_event_loop(None)
+
 
 @contextlib.contextmanager
 def _young_collections_only() -> Iterator[None]:
     """Pulumi's runtime keeps every resource's futures alive until the run ends, and its Outputs
-    leave cyclic garbage behind (about 1,200 objects per node). Rescanning the growing heap of
-    long-lived objects made a run superlinear; pausing the collector instead let the garbage pile
-    up into one 2 s pass at 1000 nodes. Collecting only the youngest generation frees the garbage
-    while it is young and never rescans what the run keeps."""
+    leave cyclic garbage behind. Full collections rescan the growing heap of long-lived objects
+    (superlinear runs); no collection lets the garbage pile up. Collecting only the youngest
+    generation frees it while young and never rescans what the run keeps (docs/performance.md)."""
     thresholds = gc.get_threshold()
     gc.set_threshold(thresholds[0], NEVER, NEVER)
     try:
@@ -110,8 +135,8 @@ def run_program(config: Mapping[str, Any], stack: str) -> ProgramRun:
 
     code = compile(PROGRAM.read_text(), PROGRAM, "exec")
 
-    # As `runpy.run_path(PROGRAM, run_name="__main__")` would run it, three frames shallower: the
-    # SDK walks the whole stack at every registration to record where a resource was declared.
+    # As `runpy.run_path(PROGRAM, run_name="__main__")` would run it, with fewer frames: the SDK
+    # walks the whole stack at every registration to record where a resource was declared.
     def program() -> None:
         exec(code, {"__name__": "__main__", "__file__": str(PROGRAM)})
 
@@ -121,26 +146,26 @@ def run_program(config: Mapping[str, Any], stack: str) -> ProgramRun:
 def run_callable(program: Callable[[], None], stack: str, config: Mapping[str, Any] | None = None) -> ProgramRun:
     """Run any Pulumi program function under the mocks, recording what it declares."""
     run = ProgramRun()
-    pulumi_settings.ROOT.set(None)
-    pulumi.runtime.set_mocks(_Mocks(), project=PROJECT, stack=stack, preview=False, monitor=_RecordingMonitor(run))
-    # Pulumi hands a program structured config as JSON strings, plain strings as they are.
-    pulumi.runtime.set_all_config(
-        {key: value if isinstance(value, str) else json.dumps(value) for key, value in (config or {}).items()}
-    )
+    monitor = _RecordingMonitor(run)
 
     async def resolve_outputs() -> None:
-        root = pulumi_settings.get_root_resource()
-        run.outputs.update(await _resolved(getattr(root, "outputs", {})))
+        run.outputs.update(await _resolved(root_outputs()))
 
-    with _young_collections_only():
-        _sync_await(run_pulumi_func(program))
-        _sync_await(run_pulumi_func(resolve_outputs))
+    with _own_event_loops(monitor), _young_collections_only():
+        reset_root()
+        pulumi.runtime.set_mocks(_Mocks(), project=PROJECT, stack=stack, preview=False, monitor=monitor)
+        # Pulumi hands a program structured config as JSON strings, plain strings as they are.
+        pulumi.runtime.set_all_config(
+            {key: value if isinstance(value, str) else json.dumps(value) for key, value in (config or {}).items()}
+        )
+        run_sync(program)
+        run_sync(resolve_outputs)
     return run
 
 
 async def _resolved(value: Any) -> Any:
     """An exported value with its Outputs awaited. Output.from_input would do it too, but it wraps
-    every plain value of the export in an Output of its own: 0.4 s for 1000 nodes' summaries."""
+    every plain value of the export in an Output of its own, which costs at fleet size."""
     if isinstance(value, pulumi.Output):
         return await _resolved(await value.future())
     if isinstance(value, Mapping):

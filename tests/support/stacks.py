@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 EXPOSED = "GPU-5f3c1a2b-7d4e-4c1f-9a0b-1c2d3e4f5a6b"
 HIDDEN = [
@@ -30,6 +33,13 @@ def valid_config() -> dict[str, Any]:
     }
 
 
+def write_stack(tmp_path: Path, config: dict[str, Any], name: str = "case") -> Path:
+    """A stack file Pulumi.<name>.yaml holding `config`, as a person would write it."""
+    path = tmp_path / f"Pulumi.{name}.yaml"
+    path.write_text(yaml.safe_dump({"config": config}, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def changed(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     config = valid_config()
     change(config)
@@ -39,6 +49,31 @@ def changed(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
 def node(config: dict[str, Any], index: int = 0) -> dict[str, Any]:
     nodes: list[dict[str, Any]] = config["hidden-gpu:nodes"]
     return nodes[index]
+
+
+PARENT = "GPU-11111111-2222-4333-8444-555566667777"
+MIG_A = "MIG-aaaaaaaa-2222-4333-8444-555566667777"
+MIG_B = "MIG-bbbbbbbb-2222-4333-8444-555566667777"
+
+
+def time_sliced(replicas: object = 4, **extra: Any) -> dict[str, Any]:
+    return changed(lambda c: node(c).__setitem__("timeSlicing", {"replicas": replicas, **extra}))
+
+
+def with_mig(
+    strategy: str = "mixed", exposed: list[str] | None = None, hidden: list[str] | None = None
+) -> dict[str, Any]:
+    def change(config: dict[str, Any]) -> None:
+        node(config).update(
+            {
+                "exposedGpus": [EXPOSED, *(exposed if exposed is not None else [MIG_A, MIG_B])],
+                "hiddenGpus": [*HIDDEN, *(hidden or [])],
+                "migStrategy": strategy,
+                "migDevices": {PARENT: [MIG_A, MIG_B]},
+            }
+        )
+
+    return changed(change)
 
 
 @dataclass(frozen=True)

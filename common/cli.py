@@ -1,0 +1,125 @@
+"""The one error path of every command-line tool, its exit statuses, and what tools print alike.
+
+Standard library only: the GPU-host tools import it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+# Exit statuses, the same for every tool. A gate can tell a finding (1) from a crash (4).
+EXIT_OK = 0
+EXIT_FINDING = 1  # the check ran and found a mismatch or a violation
+EXIT_USAGE = 2  # bad arguments, an invalid stack file, an unusable directory or kubeconfig
+EXIT_UNAVAILABLE = 3  # what the tool reads cannot answer: NVML, the kubelet, the API server
+EXIT_INTERNAL = 4  # an unexpected error: a bug or an input nobody foresaw, never a result
+
+# Where `--stack NAME` looks: the project's stackConfigDir (Pulumi.yaml).
+STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+# Error messages quote at most this much of a bad value.
+SHOWN_VALUE_CHARS = 80
+
+
+class ToolError(Exception):
+    """A failure the user can act on: printed as one line per problem, no traceback."""
+
+    exit_status = EXIT_USAGE
+
+
+class UsageError(ToolError):
+    """Bad arguments, an unusable output directory, an invalid stack file: EXIT_USAGE."""
+
+
+class UnavailableError(ToolError):
+    """What the tool reads cannot answer (NVML, the kubelet's socket, the API server): EXIT_UNAVAILABLE."""
+
+    exit_status = EXIT_UNAVAILABLE
+
+
+def bounded(text: str, limit: int = SHOWN_VALUE_CHARS) -> str:
+    """At most `limit` characters of `text`, on one line: a bad value can be huge or multi-line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def print_errors(message: str) -> None:
+    """One `error:` line on stderr per line of the message."""
+    for line in message.splitlines():
+        print(f"error: {line}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def error_path(debug: bool = False) -> Iterator[None]:
+    """Every failure leaves as SystemExit with its own status and one line per problem on stderr.
+
+    A ToolError says what to fix; anything else is an internal error (EXIT_INTERNAL), named by
+    its type and a bounded message, with the traceback only under --debug.
+    """
+    try:
+        yield
+    except ToolError as error:
+        print_errors(str(error))
+        raise SystemExit(error.exit_status) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    except Exception as error:
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else " (--debug shows where)"
+        print_errors(f"internal error: {type(error).__name__}: {bounded(str(error), 200)}{hint}")
+        raise SystemExit(EXIT_INTERNAL) from None
+
+
+def run(command: Callable[[], int], debug: bool = False) -> int:
+    """The exit status of `command`, or of the failure error_path turned it into."""
+    try:
+        with error_path(debug):
+            return command()
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else EXIT_INTERNAL
+
+
+def parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser with the options every tool has."""
+    result = argparse.ArgumentParser(prog=prog, description=(doc or "").strip().splitlines()[0])
+    result.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    return result
+
+
+def add_stack_source(arguments: argparse.ArgumentParser) -> None:
+    """--stack NAME (stacks/Pulumi.<NAME>.yaml) or --stack-file PATH, one of them required."""
+    source = arguments.add_mutually_exclusive_group(required=True)
+    source.add_argument("--stack", help="stack name: reads stacks/Pulumi.<stack>.yaml")
+    source.add_argument("--stack-file", type=Path, help="any Pulumi stack file")
+
+
+def stack_file(args: argparse.Namespace, stacks_dir: Path = STACKS_DIR) -> Path:
+    """The stack file --stack or --stack-file names; where `pulumi stack select` looks for --stack."""
+    if args.stack_file is not None:
+        return Path(args.stack_file)
+    path = stacks_dir / f"Pulumi.{args.stack}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(stack_name_of(p) for p in stacks_dir.glob("Pulumi.*.yaml")))
+        raise UsageError(f"--stack {args.stack}: no stack file {path.name} in {stacks_dir.name}/ (stacks: {known})")
+    return path
+
+
+def stack_name_of(path: Path) -> str:
+    """The stack a file configures: Pulumi.<stack>.yaml, else the file's stem."""
+    name = path.name
+    if name.startswith("Pulumi.") and name.endswith((".yaml", ".yml")):
+        return name[len("Pulumi.") :].rsplit(".", 1)[0]
+    return path.stem
+
+
+def format_table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
+    """Left-aligned columns two spaces apart, the first row being the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    )

@@ -1,0 +1,155 @@
+"""Every name hidden-gpu gives or looks for: objects, labels, annotations, host paths, type tokens,
+resources and the named values of its settings. Config, components, policy pack and tools import
+them from here; nothing re-types them. Standard library only: the GPU-host tools import it too.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+PROJECT = "hidden-gpu"
+
+
+# --- Named values of settings (the strings are what stack files and the plugin's env carry) ---
+
+
+class MigStrategy(StrEnum):
+    """The device plugin's MIG_STRATEGY."""
+
+    NONE = "none"
+    SINGLE = "single"
+    MIXED = "mixed"
+
+
+class DeviceListStrategy(StrEnum):
+    """How the device plugin tells the container toolkit which GPUs a container got."""
+
+    ENVVAR = "envvar"
+    VOLUME_MOUNTS = "volume-mounts"
+
+
+class GuardMode(StrEnum):
+    """What the access guard does with a pod that breaks a rule."""
+
+    ENFORCE = "enforce"
+    WARN = "warn"
+    AUDIT = "audit"
+
+
+class Role(StrEnum):
+    """Which side of the node a listed GPU or MIG device is on."""
+
+    EXPOSED = "exposed"
+    HIDDEN = "hidden"
+
+
+# --- Kubernetes resources and labels ---
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Extended resources only take the `requests.` prefix in a ResourceQuota.
+GPU_QUOTA_KEY = f"requests.{GPU_RESOURCE}"
+# The GPU Operator deploys its device plugin on a node unless this label is `false`.
+DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+# The operator's other per-node operand switches, by the OperandsConfig field that sets each.
+OPERAND_LABELS = {
+    "gpu_feature_discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
+    "mig_manager": "nvidia.com/gpu.deploy.mig-manager",
+    "dcgm_exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
+}
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+PLUGIN_NAME_LABEL = "app.kubernetes.io/name"
+PART_OF = PROJECT
+POD_SECURITY_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+# Server-side apply refuses to take over fields another manager owns unless forced.
+PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
+# A changed plugin config changes this pod-template annotation, so the DaemonSet rolls its pods.
+CONFIG_CHECKSUM_ANNOTATION = "hidden-gpu/plugin-config-sha256"
+# checkov reads in-manifest skips from `checkov.io/skip<N>: CHECK=reason`.
+SCAN_SKIP_ANNOTATION_PREFIX = "checkov.io/skip"
+# The GPU Operator's plugin DaemonSet labels its pods so.
+OPERATOR_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
+
+
+# --- Names of the objects hidden-gpu creates ---
+
+PLUGIN_NAME = "nvidia-device-plugin"
+PLUGIN_NETWORK_POLICY = f"{PLUGIN_NAME}-no-network"
+POLICY_NAME = f"{PROJECT}-access-guard"
+QUOTA_NAME = f"{PROJECT}-quota"
+DEFAULT_PLUGIN_NAMESPACE = f"{PROJECT}-system"
+DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+# The device plugin is recognised by its image wherever it is declared (the policy pack).
+PLUGIN_IMAGE_NAME = "k8s-device-plugin"
+DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "gpu-operator")
+DEFAULT_CLUSTER_POLICY = "cluster-policy"
+PLUGIN_CONFIG_KEY = "config.yaml"
+PLUGIN_PRIORITY_CLASS = "system-node-critical"
+# Every RuntimeClass this program creates starts so: it keeps clear of the operator's names, and
+# lets the access guard recognise ours without listing every node.
+RUNTIME_CLASS_PREFIX = f"{PROJECT}-"
+# RuntimeClasses the GPU Operator creates and owns: never create or take over these.
+OPERATOR_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
+# The GPU Operator installs the nvidia runtime under this containerd handler name.
+NVIDIA_RUNTIME_HANDLER = "nvidia"
+
+
+def device_plugin_name(node_name: str) -> str:
+    return f"{PLUGIN_NAME}-{node_name}"
+
+
+def plugin_config_name(node_name: str) -> str:
+    return f"{device_plugin_name(node_name)}-config"
+
+
+def runtime_class_name(node_name: str) -> str:
+    return f"{RUNTIME_CLASS_PREFIX}{node_name}"
+
+
+def plugin_labels(node_name: str) -> dict[str, str]:
+    return {PLUGIN_NAME_LABEL: PLUGIN_NAME, INSTANCE_LABEL: node_name, PART_OF_LABEL: PART_OF}
+
+
+# --- Environment variables the NVIDIA stack reads ---
+
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+# Capability names that grant SYS_ADMIN, which the NVIDIA toolkit treats as privileged.
+SYS_ADMIN_CAPABILITIES = ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL")
+
+
+# --- Host paths ---
+
+KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+# The toolkit reads a container's device requests from mounts below this path.
+DEVICE_REQUEST_DIR = "/var/run/nvidia-container-devices"
+PLUGIN_CONFIG_DIR = "/etc/nvidia-device-plugin"
+DEV_NULL = "/dev/null"
+
+
+# --- Pulumi type tokens ---
+
+
+def component_token(name: str) -> str:
+    return f"{PROJECT}:index:{name}"
+
+
+class Token:
+    """Type tokens of what the program registers, for the tests, the policy pack and the render."""
+
+    HIDDEN_GPU_NODE = component_token("HiddenGpuNode")
+    GPU_QUOTAS = component_token("GpuQuotas")
+    PLUGIN_NAMESPACE = component_token("PluginNamespace")
+    ACCESS_GUARD = component_token("AccessGuard")
+    TOOLKIT_SETTINGS = component_token("ToolkitSettings")
+    PROVIDER = "pulumi:providers:kubernetes"
+    NODE_PATCH = "kubernetes:core/v1:NodePatch"
+    NAMESPACE = "kubernetes:core/v1:Namespace"
+    CONFIG_MAP = "kubernetes:core/v1:ConfigMap"
+    RESOURCE_QUOTA = "kubernetes:core/v1:ResourceQuota"
+    DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+    RUNTIME_CLASS = "kubernetes:node.k8s.io/v1:RuntimeClass"
+    NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+    ADMISSION_POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+    ADMISSION_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+    CLUSTER_POLICY_PATCH = "kubernetes:nvidia.com/v1:ClusterPolicyPatch"

@@ -1,0 +1,92 @@
+"""Render a stack's Kubernetes objects offline: python -m offline.render --stack dev --out DIR.
+
+Runs the real Pulumi program under Pulumi's mocks (no CLI, no cluster) and writes every object
+it would create as one YAML file, byte-identical across runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.cli import EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
+from common.names import Token
+from offline.outdir import replace_directory
+from offline.program import Declared, ProgramRun, run_program
+from stack_config import StackConfig, parse_project_config, quota_warnings, read_stack_file
+
+
+@dataclass(frozen=True)
+class Rendered:
+    stack_name: str
+    stack: StackConfig
+    run: ProgramRun
+    files: dict[str, dict[str, Any]]
+
+
+def file_name(resource: Declared) -> str:
+    """kind[.namespace].name.yaml: unique, because Kubernetes keeps those unique too."""
+    kind = resource.type.rsplit(":", 1)[-1].lower()
+    metadata = resource.inputs.get("metadata", {})
+    parts = [kind, metadata.get("namespace"), metadata.get("name", resource.name)]
+    return ".".join(part for part in parts if part) + ".yaml"
+
+
+def render(path: Path) -> Rendered:
+    config = read_stack_file(path)
+    # Validated here too, before the program runs: an invalid stack exits 2 with every problem.
+    stack = parse_project_config(config)
+    stack_name = stack_name_of(path)
+    run_ = run_program(config, stack_name)
+    files = {file_name(resource): resource.inputs for resource in run_.kubernetes_objects}
+    return Rendered(stack_name, stack, run_, files)
+
+
+def to_yaml(obj: dict[str, Any]) -> str:
+    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=120)
+
+
+def summary(rendered: Rendered, out_dir: Path) -> str:
+    """The per-node table, read from what the program exported and the objects it declared."""
+    exported: dict[str, dict[str, Any]] = rendered.run.outputs["nodes"]
+    components = {r.name: r.urn for r in rendered.run.of_type(Token.HIDDEN_GPU_NODE)}
+    # Counted once: kubernetes_objects sorts on every access, and a fleet has thousands of nodes.
+    objects_of = Counter(r.parent for r in rendered.run.kubernetes_objects)
+    rows: list[tuple[str, ...]] = [("node", "exposed", "advertised", "hidden", "objects")]
+    for name, node in exported.items():
+        counts = (node["exposedCount"], node["advertisedCount"], node["hiddenCount"], objects_of[components[name]])
+        rows.append((name, *map(str, counts)))
+    lines = [
+        f"stack {rendered.stack_name}: {len(rendered.files)} objects written to {out_dir}",
+        format_table(rows, "  "),
+    ]
+    quotas = ", ".join(f"{ns}={limit}" for ns, limit in sorted(rendered.stack.quotas.items())) or "none"
+    lines.append(f"  quotas (requests.nvidia.com/gpu): {quotas}")
+    lines += [f"warning: {warning}" for warning in quota_warnings(rendered.stack)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parser("python -m offline.render", __doc__)
+    add_stack_source(arguments)
+    arguments.add_argument(
+        "--out", type=Path, required=True, help="directory to write (a render directory, replaced whole)"
+    )
+    args = arguments.parse_args(argv)
+
+    def command() -> int:
+        rendered = render(stack_file(args))
+        replace_directory(args.out, {name: to_yaml(obj) for name, obj in rendered.files.items()})
+        print(summary(rendered, args.out))
+        return EXIT_OK
+
+    return run(command, args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,0 @@
-"""Command-line tools: the offline render (needs Pulumi) and the GPU-host tools (do not)."""
