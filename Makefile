@@ -8,7 +8,7 @@ SCAN_DIR := render/scan
 STACK ?= dev
 OUT ?= render/$(STACK)
 
-.PHONY: render test lint scan clean
+.PHONY: render test lint scan docs clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hidden-gpu needs Python 3.11 or newer")'
@@ -26,6 +26,10 @@ render: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# docs/configuration.md is generated from the config models; make test fails when it is stale.
+docs: $(VENV)/.installed
+	$(PY) -m offline.config_reference
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .

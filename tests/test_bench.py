@@ -36,6 +36,7 @@ def test_baseline_declares_the_same_objects_as_the_program() -> None:
     assert baseline == program
 
 
+@pytest.mark.subprocess
 def test_bench_command_prints_rows() -> None:
     command = [sys.executable, "-m", "offline.bench", "--nodes", "1,3", "--repeat", "1", "--json"]
     rows = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
@@ -45,6 +46,7 @@ def test_bench_command_prints_rows() -> None:
         assert row["programSeconds"] > 0 and row["baselineSeconds"] > 0 and row["peakMemoryBytes"] > 2**20
 
 
+@pytest.mark.subprocess
 def test_bench_rejects_bad_sizes() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "offline.bench", "--nodes", "ten"], cwd=ROOT, capture_output=True, text=True, check=False
@@ -81,6 +83,7 @@ def test_a_run_collects_young_garbage_only_and_restores_the_collector() -> None:
 @pytest.mark.skipif(
     not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux-only; elsewhere runs are unpinned"
 )
+@pytest.mark.subprocess
 def test_a_bench_worker_keeps_to_one_cpu() -> None:
     # On a machine that allows one CPU only the test would prove nothing, so it says so by failing.
     check = "import os; from offline.bench import pin_to_one_cpu; pin_to_one_cpu(); print(len(os.sched_getaffinity(0)))"

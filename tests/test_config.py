@@ -53,7 +53,7 @@ def test_pulumi_json_strings_are_decoded() -> None:
 
 def test_other_namespaces_pass_through() -> None:
     config = changed(lambda c: c.update({"kubernetes:kubeconfig": "~/.kube/prod", "pulumi:tags": {"a": "b"}}))
-    parse_project_config(config)
+    assert parse_project_config(config) == parse_project_config(valid_config())
 
 
 def test_hidden_gpus_may_be_omitted() -> None:

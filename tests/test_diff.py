@@ -51,8 +51,3 @@ def test_new_field_and_identical_renders(tmp_path: Path) -> None:
         "~ changed nodepatch.gpu-node-01.yaml",
         "    metadata.labels.nvidia.com/gpu.deploy.gpu-feature-discovery: 'false' -> (absent)",
     ]
-
-
-def test_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert diff.main([str(tmp_path / "nope"), str(tmp_path)]) == 2
-    assert "not a directory" in capsys.readouterr().err

@@ -126,6 +126,7 @@ def test_nvml_failures_are_one_line_with_status_3(error: str, message: str, caps
     assert status == 3 and out == "" and message in err and err.count("\n") == 1
 
 
+@pytest.mark.subprocess
 def test_real_module_without_a_driver() -> None:
     """CI has nvidia-ml-py but no driver: the real pynvml must fail cleanly, no traceback."""
     result = subprocess.run(
@@ -137,6 +138,7 @@ def test_real_module_without_a_driver() -> None:
     )
 
 
+@pytest.mark.subprocess
 def test_listing_gpus_imports_neither_pulumi_nor_pydantic() -> None:
     code = "import sys, host.discover; print(sorted(m for m in ('pulumi', 'pydantic', 'yaml', 'kubernetes') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

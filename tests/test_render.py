@@ -16,6 +16,7 @@ from tests.support.stacks import REJECTIONS, Rejection, valid_config, write_stac
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.subprocess
 def test_prod_render_end_to_end(tmp_path: Path) -> None:
     """The issue's acceptance: labels on both nodes, one plugin, no hidden UUID, quotas."""
     out = tmp_path / "prod"
@@ -88,6 +89,7 @@ def test_invalid_config_exits_2_and_writes_nothing(
     assert [p.name for p in tmp_path.iterdir()] == ["Pulumi.case.yaml"]
 
 
+@pytest.mark.subprocess
 def test_invalid_config_through_the_real_command(tmp_path: Path) -> None:
     """No traceback reaches the user: one line on stderr, exit status 2."""
     case = REJECTIONS[0]

@@ -212,12 +212,12 @@ def test_sharing_rejections(config: dict[str, Any], key: str, reason: str) -> No
 
 
 def test_valid_mig_layouts_are_accepted() -> None:
-    for config in (
-        with_mig("mixed"),
-        with_mig("single", exposed=[PARENT]),
-        with_mig("mixed", exposed=[], hidden=[PARENT, MIG_A, MIG_B]),
+    for config, exposed in (
+        (with_mig("mixed"), [EXPOSED, MIG_A, MIG_B]),
+        (with_mig("single", exposed=[PARENT]), [EXPOSED, PARENT]),
+        (with_mig("mixed", exposed=[], hidden=[PARENT, MIG_A, MIG_B]), [EXPOSED]),
     ):
-        parse_project_config(config)
+        assert parse_project_config(config).nodes[0].exposed_gpus == exposed
 
 
 def test_discover_exposes_a_mig_gpu_by_its_mig_devices(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,65 @@
+"""The docs match the code: the generated reference is current, commands shown exist, links resolve."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from common.cli import UsageError
+from offline import config_reference
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_configuration_reference_is_generated_from_the_models(capsys: pytest.CaptureFixture[str]) -> None:
+    assert config_reference.main(["--check"]) == 0, capsys.readouterr().err
+    assert (ROOT / "docs" / "configuration.md").read_text() == config_reference.reference()
+
+
+def test_every_key_of_the_models_is_documented() -> None:
+    text = config_reference.reference()
+    for key in ("hidden-gpu:nodes[].exposedGpus", "hidden-gpu:guard.mode", "hidden-gpu:nodes[].timeSlicing.replicas"):
+        assert f"`{key}`" in text
+    undocumented = [row for row in text.splitlines() if row.startswith("| `") and row.rstrip().endswith("|  |")]
+    assert undocumented == []
+
+
+def test_a_stale_reference_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stale = tmp_path / "configuration.md"
+    stale.write_text(config_reference.reference().replace("at least one", "one or more"))
+    monkeypatch.setattr(config_reference, "DOC", stale)
+    assert config_reference.main(["--check"]) == 1
+
+
+def test_the_writer_refuses_a_file_it_did_not_generate(tmp_path: Path) -> None:
+    handwritten = tmp_path / "configuration.md"
+    handwritten.write_text("# my notes\n")
+    with pytest.raises(UsageError, match="was not generated"):
+        config_reference.write(handwritten, "new")
+    assert handwritten.read_text() == "# my notes\n"
+
+
+def test_readme_is_short() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_commands_shown_name_modules_that_exist(doc: Path) -> None:
+    for module in re.findall(r"python3? -m ([a-z_]+(?:\.[a-z_]+)+)", doc.read_text()):
+        assert (ROOT / (module.replace(".", "/") + ".py")).is_file(), f"{doc.name}: python -m {module}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_links_and_paths_resolve(doc: Path) -> None:
+    for target in re.findall(r"\]\(([^)#]+)\)", doc.read_text()):
+        if "://" not in target:
+            assert (doc.parent / target).exists(), f"{doc.name}: {target}"
+    for path in re.findall(
+        r"`((?:docs|scripts|stacks|policy|offline|host|cluster|common|components|stack_config)/[\w./-]+)`",
+        doc.read_text(),
+    ):
+        if "<" not in path and "*" not in path:
+            assert (ROOT / path).exists(), f"{doc.name}: {path}"

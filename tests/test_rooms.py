@@ -1,0 +1,118 @@
+"""The house's rules: host tools never load Pulumi or the Kubernetes client, and the non-public
+Pulumi SDK symbols the program relies on still have the shape it relies on."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import subprocess
+import sys
+from contextvars import ContextVar
+from pathlib import Path
+
+import pytest
+
+from components import sdk
+
+ROOT = Path(__file__).resolve().parent.parent
+FORBIDDEN_ON_HOST = ("pulumi", "pulumi_kubernetes", "kubernetes")
+HOST_MODULES = sorted(f"host.{p.stem}" for p in (ROOT / "host").glob("*.py") if p.stem != "__init__")
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module a file imports, at its top or inside a function (the lazy imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+# Importing every host module and every module they import anywhere, with the forbidden packages
+# made unimportable: a transitive import of any of them fails here, however deep.
+BLOCKER = """
+import importlib, sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {forbidden!r}:
+            raise ImportError(f"{{name}} imported on the GPU host")
+sys.meta_path.insert(0, Block())
+for module in {modules!r}:
+    importlib.import_module(module)
+print(sorted(m for m in sys.modules if m.split(".")[0] in {forbidden!r}))
+"""
+
+
+@pytest.mark.subprocess
+def test_host_tools_import_neither_pulumi_nor_kubernetes() -> None:
+    lazily = {
+        m
+        for p in (ROOT / "host").glob("*.py")
+        for m in imports_of(p)
+        if m.split(".")[0] in ("stack_config", "common", "host")
+    }
+    modules = sorted(set(HOST_MODULES) | lazily)
+    assert "stack_config" in {m.split(".")[0] for m in modules}  # the stack-reading modes are covered
+    code = BLOCKER.format(forbidden=FORBIDDEN_ON_HOST, modules=modules)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_blocker_would_catch_a_forbidden_import(tmp_path: Path) -> None:
+    """The boundary test is only worth something if a transitive import fails under it."""
+    (tmp_path / "leaky.py").write_text("import pulumi\n")
+    code = BLOCKER.format(forbidden=FORBIDDEN_ON_HOST, modules=["leaky"])
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert result.returncode != 0 and "pulumi imported on the GPU host" in result.stderr
+
+
+def test_common_is_standard_library_only() -> None:
+    for path in (ROOT / "common").glob("*.py"):
+        for module in imports_of(path):
+            top = module.split(".")[0]
+            assert top in sys.stdlib_module_names or top in ("common", "__future__"), f"{path.name} imports {module}"
+
+
+@pytest.mark.parametrize(("module", "attribute"), sdk.PRIVATE_SYMBOLS, ids=[f"{m}.{a}" for m, a in sdk.PRIVATE_SYMBOLS])
+def test_private_pulumi_symbols_still_exist(module: str, attribute: str) -> None:
+    found = getattr(importlib.import_module(module), attribute, None)
+    assert found is not None, (
+        f"the Pulumi SDK no longer has {module}.{attribute}; components/sdk.py depends on it: "
+        "adapt the adapter to the new SDK before upgrading pulumi"
+    )
+
+
+def test_private_pulumi_symbols_keep_their_shape() -> None:
+    config = importlib.import_module("pulumi.runtime.config")
+    settings = importlib.import_module("pulumi.runtime.settings")
+    assert isinstance(config.CONFIG, ContextVar) and isinstance(config.CONFIG.get(), dict), (
+        "CONFIG: a ContextVar of dict"
+    )
+    assert isinstance(settings.ROOT, ContextVar), "settings.ROOT: a ContextVar"
+    assert list(inspect.signature(importlib.import_module("pulumi.runtime.stack").run_pulumi_func).parameters) == [
+        "func"
+    ], "run_pulumi_func(func)"
+    assert callable(getattr(sdk.MockMonitor, "RegisterResource", None)), "MockMonitor.RegisterResource"
+    assert "monitor" in inspect.signature(importlib.import_module("pulumi.runtime").set_mocks).parameters
+
+
+def test_full_config_merges_the_environment_and_the_run_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PULUMI_CONFIG", '{"hidden-gpu:a": "env", "hidden-gpu:b": "env"}')
+    token = importlib.import_module("pulumi.runtime.config").CONFIG.set({"hidden-gpu:b": "request"})
+    try:
+        assert sdk.full_config() == {"hidden-gpu:a": "env", "hidden-gpu:b": "request"}
+    finally:
+        importlib.import_module("pulumi.runtime.config").CONFIG.reset(token)
+
+
+def test_the_tree_says_where_code_runs() -> None:
+    rooms = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    assert {"components", "stacks", "tests", "offline", "cluster", "host", "common", "stack_config", "policy"} <= rooms
+    assert not (ROOT / "tools").exists()
+    for room in ("offline", "cluster", "host", "common"):
+        doc = importlib.import_module(room).__doc__
+        assert doc, f"{room}/__init__.py must say where its code runs"
