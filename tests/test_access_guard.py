@@ -8,7 +8,7 @@ from typing import Any
 import cel
 import pytest
 
-from common.names import POLICY_NAME, Token
+from common.names import DEFAULT_PLUGIN_NAMESPACE, POLICY_NAME, Token, runtime_class_name
 from offline.program import ProgramRun, run_program
 from tests.support.objects import only
 from tests.support.stacks import EXPOSED, HIDDEN, changed
@@ -57,7 +57,7 @@ def policy(run: ProgramRun) -> dict[str, Any]:
 
 ALLOWED = {
     "cpu-pod": pod(),
-    "gpu-pod-with-our-runtime-class": pod([gpu_container()], runtimeClassName="hidden-gpu-gpu-node-01"),
+    "gpu-pod-with-our-runtime-class": pod([gpu_container()], runtimeClassName=runtime_class_name("gpu-node-01")),
     "gpu-pod-requests-not-limits": pod(
         [{"name": "a", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}}}], runtimeClassName="nvidia"
     ),
@@ -169,7 +169,7 @@ DENIED = {
     "operator-runtime-class-without-request": (pod(runtimeClassName="nvidia"), "must request resources.limits"),
     "cdi-runtime-class-without-request": (pod(runtimeClassName="nvidia-cdi"), "must request resources.limits"),
     "our-runtime-class-without-request": (
-        pod(runtimeClassName="hidden-gpu-gpu-node-01"),
+        pod(runtimeClassName=runtime_class_name("gpu-node-01")),
         "must request resources.limits",
     ),
 }
@@ -193,7 +193,7 @@ def test_every_rule_is_exercised(policy: dict[str, Any]) -> None:
     assert {m for messages in failing for m in messages} == {v["message"] for v in policy["spec"]["validations"]}
 
 
-@pytest.mark.parametrize("namespace", ["kube-system", "gpu-operator", "hidden-gpu-system"])
+@pytest.mark.parametrize("namespace", ["kube-system", "gpu-operator", DEFAULT_PLUGIN_NAMESPACE])
 def test_exempt_namespaces_are_not_checked(policy: dict[str, Any], namespace: str) -> None:
     assert admit(policy, DENIED["privileged"][0], namespace) is None
 
@@ -202,7 +202,7 @@ def test_custom_exemptions_keep_the_plugin_namespace() -> None:
     run = run_program(changed(lambda c: c.__setitem__("hidden-gpu:guard", {"exemptNamespaces": ["infra"]})), "test")
     policy = only(run.of_type(Token.ADMISSION_POLICY)).inputs
     assert admit(policy, DENIED["privileged"][0], "infra") is None
-    assert admit(policy, DENIED["privileged"][0], "hidden-gpu-system") is None
+    assert admit(policy, DENIED["privileged"][0], DEFAULT_PLUGIN_NAMESPACE) is None
     assert admit(policy, DENIED["privileged"][0], "kube-system") is not None
 
 
@@ -223,7 +223,7 @@ VOLUME_MOUNTS = changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("devi
 def test_the_plugins_own_pod_is_allowed_in_its_namespace(run: ProgramRun, config: dict[str, Any] | None) -> None:
     this_run = run if config is None else run_program(config, "test")
     policy = only(this_run.of_type(Token.ADMISSION_POLICY)).inputs
-    assert admit(policy, plugin_pod(this_run), "hidden-gpu-system") is None
+    assert admit(policy, plugin_pod(this_run), DEFAULT_PLUGIN_NAMESPACE) is None
     # The same pod in a tenant namespace would be refused: the exemption is what lets it run.
     assert admit(policy, plugin_pod(this_run), "ml-team")
 

@@ -7,6 +7,7 @@ import json
 import pulumi
 import pytest
 
+from common.names import DEFAULT_PLUGIN_NAMESPACE
 from offline.program import run_program
 from stack_config import InvalidConfigError, parse_project_config
 from tests.support.stacks import EXPOSED, REJECTIONS, Rejection, changed, node, valid_config
@@ -41,7 +42,7 @@ def test_valid_config_is_accepted_and_typed() -> None:
     assert stack.nodes[0].exposed_gpus == [EXPOSED]
     assert stack.nodes[1].exposed_gpus == []
     assert stack.quotas == {"ml-team": 1}
-    assert stack.device_plugin.namespace == "hidden-gpu-system"
+    assert stack.device_plugin.namespace == DEFAULT_PLUGIN_NAMESPACE
     assert stack.device_plugin.create_namespace is True
 
 

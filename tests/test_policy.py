@@ -10,7 +10,7 @@ import pytest
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
 
-from common.names import Token
+from common.names import Token, runtime_class_name
 from offline import render
 from offline.program import Declared, run_program
 from policy.rules import (
@@ -140,7 +140,7 @@ def test_operator_runtime_class_names(name: str) -> None:
         violations(
             no_operator_runtime_class,
             runtime_class,
-            {"metadata": {"name": "hidden-gpu-gpu-node-01"}, "handler": "nvidia"},
+            {"metadata": {"name": runtime_class_name("gpu-node-01")}, "handler": "nvidia"},
         )
         == []
     )

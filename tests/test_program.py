@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from common.names import DEVICE_PLUGIN_LABEL, OPERATOR_RUNTIME_CLASSES, Token
+from common.names import (
+    DEFAULT_PLUGIN_NAMESPACE,
+    DEVICE_PLUGIN_LABEL,
+    OPERATOR_RUNTIME_CLASSES,
+    Token,
+    device_plugin_name,
+    runtime_class_name,
+)
 from offline.program import ProgramRun, run_program
 from tests.support.objects import env_of, only
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, node
@@ -35,7 +42,7 @@ def test_plugin_is_pinned_to_the_exposed_gpus_on_its_node_only(run: ProgramRun) 
     assert env["NVIDIA_VISIBLE_DEVICES"] == EXPOSED
     assert env["DEVICE_ID_STRATEGY"] == "uuid"
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-01"}
-    assert daemonset.inputs["metadata"]["namespace"] == "hidden-gpu-system"
+    assert daemonset.inputs["metadata"]["namespace"] == DEFAULT_PLUGIN_NAMESPACE
     assert daemonset.parent == component(run, "gpu-node-01")
 
 
@@ -66,7 +73,7 @@ def test_plugin_has_what_a_device_plugin_pod_needs(run: ProgramRun) -> None:
     assert pod["priorityClassName"] == "system-node-critical"
     resources = container["resources"]
     assert isinstance(resources, dict) and set(resources) == {"requests", "limits"}
-    assert pod["runtimeClassName"] == "hidden-gpu-gpu-node-01"
+    assert pod["runtimeClassName"] == runtime_class_name("gpu-node-01")
     assert container["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 
 
@@ -106,7 +113,7 @@ def test_one_quota_per_namespace(run: ProgramRun) -> None:
 
 def test_plugin_namespace_is_created_for_privileged_pod_security(run: ProgramRun) -> None:
     namespace = only(run.of_type(Token.NAMESPACE))
-    assert namespace.inputs["metadata"]["name"] == "hidden-gpu-system"
+    assert namespace.inputs["metadata"]["name"] == DEFAULT_PLUGIN_NAMESPACE
     assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
     assert namespace.urn in only(run.of_type(Token.DAEMONSET)).dependencies
 
@@ -144,8 +151,8 @@ def test_outputs_per_node(run: ProgramRun) -> None:
             "exposedCount": 1,
             "advertisedCount": 1,
             "hiddenCount": 2,
-            "devicePlugin": "nvidia-device-plugin-gpu-node-01",
-            "runtimeClass": "hidden-gpu-gpu-node-01",
+            "devicePlugin": device_plugin_name("gpu-node-01"),
+            "runtimeClass": runtime_class_name("gpu-node-01"),
         },
         "gpu-node-02": {
             "exposedUuids": [],
@@ -204,7 +211,7 @@ def test_plugin_pods_get_no_network(run: ProgramRun) -> None:
     pod_labels = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["metadata"]["labels"]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()
-    assert policy["metadata"]["namespace"] == "hidden-gpu-system"
+    assert policy["metadata"]["namespace"] == DEFAULT_PLUGIN_NAMESPACE
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
 

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from common.names import CONFIG_CHECKSUM_ANNOTATION, Token
+from common.names import CONFIG_CHECKSUM_ANNOTATION, DEFAULT_PLUGIN_NAMESPACE, Token, plugin_config_name
 from host import discover
 from offline import render
 from offline.program import ProgramRun, run_program
@@ -30,8 +30,8 @@ def test_time_slicing_config_map_field_by_field() -> None:
     run = run_program(time_sliced(4, renameByDefault=True), "test")
     config_map = only(run.of_type(Token.CONFIG_MAP)).inputs
     assert config_map["metadata"] == {
-        "name": "nvidia-device-plugin-gpu-node-01-config",
-        "namespace": "hidden-gpu-system",
+        "name": plugin_config_name("gpu-node-01"),
+        "namespace": DEFAULT_PLUGIN_NAMESPACE,
         "labels": config_map["metadata"]["labels"],
     }
     config = yaml.safe_load(config_map["data"]["config.yaml"])
@@ -52,7 +52,7 @@ def test_plugin_mounts_its_config_and_rolls_when_it_changes() -> None:
     assert {"name": "plugin-config", "mountPath": "/etc/nvidia-device-plugin", "readOnly": True} in container[
         "volumeMounts"
     ]
-    assert {"name": "plugin-config", "configMap": {"name": "nvidia-device-plugin-gpu-node-01-config"}} in pod["volumes"]
+    assert {"name": "plugin-config", "configMap": {"name": plugin_config_name("gpu-node-01")}} in pod["volumes"]
     content = only(run.of_type(Token.CONFIG_MAP)).inputs["data"]["config.yaml"]
     checksum = daemonset["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION]
     assert checksum == hashlib.sha256(content.encode()).hexdigest()
@@ -117,7 +117,7 @@ def test_mig_plugin_is_admitted_only_in_its_namespace() -> None:
     template = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]
     request_for = {"object": {"metadata": template["metadata"], "spec": template["spec"]}}
     condition = policy["spec"]["matchConditions"][0]["expression"]
-    assert cel.evaluate(condition, {**request_for, "request": {"namespace": "hidden-gpu-system"}}) is False
+    assert cel.evaluate(condition, {**request_for, "request": {"namespace": DEFAULT_PLUGIN_NAMESPACE}}) is False
     assert cel.evaluate(condition, {**request_for, "request": {"namespace": "ml-team"}}) is True
 
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from cluster import verify
+from common.names import DEFAULT_PLUGIN_NAMESPACE
 from stack_config import load_stack_file
 from tests.support.fake_apiserver import kubeconfig_for, node, pod, serve
 
@@ -23,7 +24,7 @@ def healthy() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """prod as it should look: gpu-node-01 offers its 2 exposed GPUs, gpu-node-02 none."""
     nodes = [node("gpu-node-01", 2, OFF), node("gpu-node-02", None, OFF), node("cpu-node-01", None, {})]
     pods = [
-        pod("nvidia-device-plugin-gpu-node-01-x7k2p", "hidden-gpu-system", "gpu-node-01", PINNED),
+        pod("nvidia-device-plugin-gpu-node-01-x7k2p", DEFAULT_PLUGIN_NAMESPACE, "gpu-node-01", PINNED),
         pod("nvidia-device-plugin-daemonset-abcde", "gpu-operator", "gpu-node-03", OPERATOR),
     ]
     return nodes, pods
@@ -67,7 +68,9 @@ def test_pinned_plugin_not_ready_and_hidden_node_advertising(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     nodes, pods = healthy()
-    pods[0] = pod("nvidia-device-plugin-gpu-node-01-x7k2p", "hidden-gpu-system", "gpu-node-01", PINNED, ready=False)
+    pods[0] = pod(
+        "nvidia-device-plugin-gpu-node-01-x7k2p", DEFAULT_PLUGIN_NAMESPACE, "gpu-node-01", PINNED, ready=False
+    )
     nodes[1] = node("gpu-node-02", 8, OFF)
     status, out = run(tmp_path, nodes, pods, capsys)
     assert status == 1
