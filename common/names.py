@@ -82,7 +82,10 @@ DEFAULT_PLUGIN_NAMESPACE = f"{PROJECT}-system"
 DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 # The device plugin is recognised by its image wherever it is declared (the policy pack).
 PLUGIN_IMAGE_NAME = "k8s-device-plugin"
-DEFAULT_EXEMPT_NAMESPACES = ("kube-system", "gpu-operator")
+OPERATOR_NAMESPACE = "gpu-operator"
+DEFAULT_EXEMPT_NAMESPACES = ("kube-system", OPERATOR_NAMESPACE)
+# Namespaces the cluster or the GPU Operator owns: hidden-gpu never creates (or deletes) them.
+CLUSTER_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", OPERATOR_NAMESPACE)
 DEFAULT_CLUSTER_POLICY = "cluster-policy"
 PLUGIN_CONFIG_KEY = "config.yaml"
 PLUGIN_PRIORITY_CLASS = "system-node-critical"

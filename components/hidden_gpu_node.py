@@ -118,7 +118,11 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 # force, server-side apply would refuse to take that field over.
                 annotations={PATCH_FORCE_ANNOTATION: "true"},
             ),
-            opts=child,
+            # Fail closed: a node that leaves the stack (or a typo that renames it, or `pulumi
+            # destroy`) keeps its labels and stays hidden. Deleting the patch would remove them,
+            # and the operator's all-GPU plugin would return. Giving a node back is
+            # `python -m cluster.release`, on purpose.
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
 
         self.runtime_class = None

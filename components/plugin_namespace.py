@@ -48,7 +48,9 @@ class PluginNamespace(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(
                     name=args.namespace, labels={**labels, POD_SECURITY_ENFORCE_LABEL: "privileged"}
                 ),
-                opts=pulumi.ResourceOptions(parent=self),
+                # Deleting a namespace deletes everything in it: flipping createNamespace or
+                # leaving the stack leaves it (and whatever else runs there) in place.
+                opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
             )
             self.name = namespace.metadata.name
         else:

@@ -3,7 +3,7 @@
 Why each is needed:
 - the whole config map: the public `pulumi.Config` reads one key at a time and cannot list keys,
   and the program must see every `hidden-gpu:` key to refuse a misspelt one;
-- the root resource, a run function and a synchronous await: Pulumi's own mocks run a program
+- the root resource, the run state, a run function and a synchronous await: Pulumi's own mocks run a program
   only inside `@pulumi.runtime.test`; the offline render runs `__main__.py` as `pulumi up` would,
   outside pytest, and reads the stack's exports.
 A Pulumi upgrade that changes any of them fails tests/test_sdk.py with the name of the symbol.
@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import pulumi.runtime.config as _config
 from pulumi.runtime import settings as _settings
 from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.rpc_manager import RPCManager
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
@@ -27,13 +28,15 @@ PRIVATE_SYMBOLS = (
     ("pulumi.runtime.config", "CONFIG"),
     ("pulumi.runtime.config", "get_config_env"),
     ("pulumi.runtime.settings", "ROOT"),
+    ("pulumi.runtime.settings", "SETTINGS"),
+    ("pulumi.runtime.rpc_manager", "RPCManager"),
     ("pulumi.runtime.settings", "get_root_resource"),
     ("pulumi.runtime.mocks", "MockMonitor"),
     ("pulumi.runtime.stack", "run_pulumi_func"),
     ("pulumi.runtime.sync_await", "_sync_await"),
 )
 
-__all__ = ["MockMonitor", "full_config", "reset_root", "root_outputs", "run_sync"]
+__all__ = ["MockMonitor", "full_config", "reset_run_state", "root_outputs", "run_sync"]
 
 
 def full_config() -> dict[str, Any]:
@@ -42,9 +45,13 @@ def full_config() -> dict[str, Any]:
     return _config.get_config_env() | _config.CONFIG.get()
 
 
-def reset_root() -> None:
-    """Forget the previous run's stack resource, so the next run registers a fresh one."""
+def reset_run_state() -> None:
+    """Forget the previous run: its stack resource, and the outputs and RPCs it left pending. After
+    a run that failed these still hold tasks of its (closed) event loop, and the next run would
+    wait on them; `set_mocks` does not replace them."""
     _settings.ROOT.set(None)
+    _settings.SETTINGS.outputs = set()
+    _settings.SETTINGS.rpc_manager = RPCManager()  # type: ignore[no-untyped-call]
 
 
 def root_outputs() -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import pulumi
 
 from common.names import PROJECT
-from components.sdk import MockMonitor, reset_root, root_outputs, run_sync
+from components.sdk import MockMonitor, reset_run_state, root_outputs, run_sync
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 # A collection threshold no run reaches.
@@ -37,6 +37,8 @@ class Declared:
     dependencies: tuple[str, ...]
     provider: str
     urn: str
+    retain_on_delete: bool = False
+    protect: bool = False
 
     @property
     def is_kubernetes_object(self) -> bool:
@@ -47,6 +49,8 @@ class Declared:
 class ProgramRun:
     resources: list[Declared] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    # (type, id) of every live object the program read (`get`), which it does not create.
+    reads: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def kubernetes_objects(self) -> list[Declared]:
@@ -56,8 +60,22 @@ class ProgramRun:
         return [r for r in self.resources if r.type == type_token]
 
 
+class LiveObjectMissingError(Exception):
+    """The program read a live object the simulated cluster does not have, as `pulumi preview` would fail."""
+
+
 class _Mocks(pulumi.runtime.Mocks):
+    def __init__(self, live: Mapping[tuple[str, str], dict[str, Any]] | None) -> None:
+        self._live = live
+
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        if args.resource_id:  # a read (`get`): the live object, as the cluster holds it
+            if self._live is None:
+                return args.resource_id, {**args.inputs, "spec": {}}
+            key = (args.typ, args.resource_id)
+            if key not in self._live:
+                raise LiveObjectMissingError(f"{args.typ} {args.resource_id} does not exist")
+            return args.resource_id, dict(self._live[key])
         # Kubernetes reports the object back with its name; nothing else is computed.
         return f"{args.name}-id", dict(args.inputs)
 
@@ -68,8 +86,8 @@ class _Mocks(pulumi.runtime.Mocks):
 class _RecordingMonitor(MockMonitor):
     """Pulumi's mock monitor, also keeping parent and depends_on, which mocks do not see."""
 
-    def __init__(self, run: ProgramRun) -> None:
-        super().__init__(_Mocks())
+    def __init__(self, run: ProgramRun, mocks: _Mocks) -> None:
+        super().__init__(mocks)
         self._run = run
         # The mock monitor answers on executor threads and gives each thread an event loop of its
         # own, which nobody closes: left to the collector at exit, a loop whose self-pipe socket
@@ -89,8 +107,16 @@ class _RecordingMonitor(MockMonitor):
                     dependencies=tuple(request.dependencies),
                     provider=request.provider,
                     urn=response.urn,
+                    retain_on_delete=bool(request.retainOnDelete),
+                    protect=bool(request.protect),
                 )
             )
+        return response
+
+    def ReadResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        response = super().ReadResource(request)  # type: ignore[no-untyped-call]
+        self._keep_thread_loop()
+        self._run.reads.append((request.type, request.id))
         return response
 
     def _keep_thread_loop(self) -> None:
@@ -107,6 +133,12 @@ def _own_event_loops(monitor: _RecordingMonitor) -> Iterator[None]:
     asyncio.set_event_loop(loop)
     try:
         yield
+    except BaseException:
+        # The run's own exception says what failed; the futures it abandoned would each add a
+        # "Future exception was never retrieved" when collected.
+        for abandoned in (loop, *monitor.thread_loops):
+            abandoned.set_exception_handler(lambda _loop, _context: None)
+        raise
     finally:
         for thread_loop in monitor.thread_loops:
             if not thread_loop.is_closed() and not thread_loop.is_running():
@@ -130,8 +162,13 @@ def _young_collections_only() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def run_program(config: Mapping[str, Any], stack: str) -> ProgramRun:
-    """Run __main__.py with a stack's `config:` map; raises whatever the program raises."""
+def run_program(
+    config: Mapping[str, Any], stack: str, live: Mapping[tuple[str, str], dict[str, Any]] | None = None
+) -> ProgramRun:
+    """Run __main__.py with a stack's `config:` map; raises whatever the program raises.
+
+    `live` is the simulated cluster for the objects the program reads, keyed by (type token, id);
+    without it every read finds an object that holds nothing of anyone else's."""
 
     code = compile(PROGRAM.read_text(), PROGRAM, "exec")
 
@@ -140,20 +177,27 @@ def run_program(config: Mapping[str, Any], stack: str) -> ProgramRun:
     def program() -> None:
         exec(code, {"__name__": "__main__", "__file__": str(PROGRAM)})
 
-    return run_callable(program, stack, config)
+    return run_callable(program, stack, config, live)
 
 
-def run_callable(program: Callable[[], None], stack: str, config: Mapping[str, Any] | None = None) -> ProgramRun:
+def run_callable(
+    program: Callable[[], None],
+    stack: str,
+    config: Mapping[str, Any] | None = None,
+    live: Mapping[tuple[str, str], dict[str, Any]] | None = None,
+) -> ProgramRun:
     """Run any Pulumi program function under the mocks, recording what it declares."""
     run = ProgramRun()
-    monitor = _RecordingMonitor(run)
+    mocks = _Mocks(live)
+    monitor = _RecordingMonitor(run, mocks)
 
     async def resolve_outputs() -> None:
         run.outputs.update(await _resolved(root_outputs()))
 
     with _own_event_loops(monitor), _young_collections_only():
-        reset_root()
-        pulumi.runtime.set_mocks(_Mocks(), project=PROJECT, stack=stack, preview=False, monitor=monitor)
+        # A run that failed leaves its pending tasks behind; none of them may reach this run.
+        reset_run_state()
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
         # Pulumi hands a program structured config as JSON strings, plain strings as they are.
         pulumi.runtime.set_all_config(
             {key: value if isinstance(value, str) else json.dumps(value) for key, value in (config or {}).items()}

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from common.cli import bounded
 from common.names import PROJECT
 from stack_config.errors import ConfigError, InvalidConfigError, Loc, from_validation_error, show
 from stack_config.models import StackConfig
@@ -125,6 +126,19 @@ def _walk(node: yaml.Node, path: str) -> Iterator[tuple[yaml.Node, str]]:
             yield from _walk(item, f"{path}[{index}]")
 
 
+def _config_node(root: yaml.Node) -> yaml.MappingNode | None:
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    config = next((value for key, value in root.value if _key_text(key) == "config"), None)
+    return config if isinstance(config, yaml.MappingNode) else None
+
+
+def _namespaced(key: str) -> str:
+    """A config key as Pulumi names it: a key without a namespace is the project's
+    (`nodes` is `hidden-gpu:nodes`; sdk/go/common/workspace/loaders.go, stackConfigNamespacedWithProject)."""
+    return key if ":" in key else f"{PREFIX}{key}"
+
+
 def _check_keys(path: Path, root: yaml.Node) -> None:
     """Each key once in every mapping; no alias or merge key under `hidden-gpu:`."""
     problems = [*_duplicate_keys(path, root), *_shared_values(path, root)]
@@ -154,15 +168,15 @@ def _duplicate_keys(path: Path, root: yaml.Node) -> Iterator[ConfigError]:
 
 def _shared_values(path: Path, root: yaml.Node) -> Iterator[ConfigError]:
     """Aliases (a node met twice) and merge keys under `hidden-gpu:` keys."""
-    config = next((value for key, value in getattr(root, "value", []) if _key_text(key) == "config"), None)
-    if not isinstance(config, yaml.MappingNode):
+    config = _config_node(root)
+    if config is None:
         return
     # An aliased node is one node met on several paths; _check_size bounded this walk already.
     paths_to = Counter(id(node) for node, _ in _walk(root, ""))
     for key, value in config.value:
-        if not _key_text(key).startswith(PREFIX):
+        if not _namespaced(_key_text(key)).startswith(PREFIX):
             continue
-        for node, key_path in _walk(value, _key_text(key)):
+        for node, key_path in _walk(value, _namespaced(_key_text(key))):
             merges = isinstance(node, yaml.MappingNode) and any(k.tag == MERGE_TAG for k, _ in node.value)
             if paths_to[id(node)] > 1 or merges:
                 reason = (
@@ -191,16 +205,21 @@ def read_stack_file(path: Path) -> dict[str, Any]:
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else None
-        raise _file_error(path, f"not valid YAML: {error.problem or error.context}", line) from None
-    except yaml.YAMLError as error:
-        raise _file_error(path, f"not valid YAML: {error}") from None
+        raise _file_error(path, f"not valid YAML: {bounded(str(error.problem or error.context), 200)}", line) from None
+    except yaml.YAMLError as error:  # e.g. a ReaderError: a character YAML does not allow
+        raise _file_error(path, f"not valid YAML: {bounded(str(error), 200)}") from None
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise _file_error(path, "has no 'config:' mapping")
     bad_keys = [key for key in config if not isinstance(key, str)]
     if bad_keys:
         raise _file_error(path, f"config key {show(bad_keys[0])} is not a string: config keys are `namespace:name`")
-    return config
+    named: dict[str, Any] = {}
+    for key, value in config.items():
+        if _namespaced(key) in named:
+            raise _file_error(path, f"config keys '{key}' and '{_namespaced(key)}' name the same key; keep one")
+        named[_namespaced(key)] = value
+    return named
 
 
 def parse_project_config(config: Mapping[str, Any]) -> StackConfig:

@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 
 from common.names import (
+    CLUSTER_NAMESPACES,
     DEFAULT_CLUSTER_POLICY,
     DEFAULT_EXEMPT_NAMESPACES,
     DEFAULT_PLUGIN_IMAGE,
@@ -285,6 +286,14 @@ def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
             True,
             "needs devicePlugin.deviceListStrategy: volume-mounts: once the toolkit ignores "
             "NVIDIA_VISIBLE_DEVICES, a plugin using env vars hands out GPUs no pod receives",
+        )
+    plugin = stack.device_plugin
+    if plugin.create_namespace and plugin.namespace in CLUSTER_NAMESPACES:
+        yield (
+            ("devicePlugin", "createNamespace"),
+            True,
+            f"namespace {plugin.namespace} belongs to the cluster or the GPU Operator: hidden-gpu must not "
+            "create it (nor ever delete it); set createNamespace: false, or use a namespace of its own",
         )
     first_node: dict[str, int] = {}
     first_place: dict[str, Loc] = {}

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from offline.program import ProgramRun, run_program
 from tests.support.stacks import valid_config
@@ -9,3 +12,9 @@ from tests.support.stacks import valid_config
 @pytest.fixture(scope="module")
 def run() -> ProgramRun:
     return run_program(valid_config(), "test")
+
+
+# CI runs the property tests with a fixed seed and no example database: a red run repeats.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")

@@ -22,7 +22,7 @@ def node(name: str, gpus: int | None, labels: dict[str, str]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}},
+        "metadata": {"name": name, "resourceVersion": "1", "labels": {"kubernetes.io/hostname": name, **labels}},
         "status": {"capacity": resources, "allocatable": resources},
     }
 
@@ -43,11 +43,35 @@ def pod(name: str, namespace: str, node_name: str, labels: dict[str, str], ready
 class _Handler(BaseHTTPRequestHandler):
     nodes: dict[str, dict[str, Any]]
     pods: list[dict[str, Any]]
+    # (method, path, content type) of every request, for tests that count or inspect them.
+    requests: list[tuple[str, str, str]]
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def do_PATCH(self) -> None:
+        self.requests.append(("PATCH", self.path, self.headers.get("Content-Type", "")))
+        parts = urlparse(self.path).path.strip("/").split("/")
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        found = self.nodes.get(parts[3]) if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4 else None
+        if found is None:
+            return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
+        if self.headers.get("Content-Type") != "application/merge-patch+json":
+            return self._send(415, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 415})
+        wanted = body.get("metadata", {}).get("resourceVersion")
+        if wanted is not None and wanted != found["metadata"].get("resourceVersion"):
+            return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409})
+        labels = found["metadata"].setdefault("labels", {})
+        for key, value in body.get("metadata", {}).get("labels", {}).items():
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+        found["metadata"]["resourceVersion"] = str(int(found["metadata"].get("resourceVersion", "1")) + 1)
+        return self._send(200, found)
+
     def do_GET(self) -> None:
+        self.requests.append(("GET", self.path, ""))
         url = urlparse(self.path)
         parts = url.path.strip("/").split("/")
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
@@ -84,9 +108,23 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(tmp_path: Path, nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Iterator[Path]:
-    """Serve the objects on 127.0.0.1 and yield a kubeconfig that points at them."""
-    handler = type("Handler", (_Handler,), {"nodes": {n["metadata"]["name"]: n for n in nodes}, "pods": pods})
+def serve(
+    tmp_path: Path,
+    nodes: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    requests: list[tuple[str, str, str]] | None = None,
+) -> Iterator[Path]:
+    """Serve the objects on 127.0.0.1 and yield a kubeconfig that points at them. Nodes are served
+    (and patched) in place; `requests` collects every request made."""
+    handler = type(
+        "Handler",
+        (_Handler,),
+        {
+            "nodes": {n["metadata"]["name"]: n for n in nodes},
+            "pods": pods,
+            "requests": [] if requests is None else requests,
+        },
+    )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
