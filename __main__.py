@@ -44,7 +44,7 @@ nodes = [
     HiddenGpuNode(node.name, HiddenGpuNodeArgs(node, plugin, namespace.name), with_provider) for node in stack.nodes
 ]
 GpuQuotas("gpu-quotas", GpuQuotasArgs(stack.quotas), with_provider)
-AccessGuard("access-guard", AccessGuardArgs(stack.guard.mode, stack.exempt_namespaces), with_provider)
+AccessGuard("access-guard", AccessGuardArgs.of(stack), with_provider)
 if stack.cluster_policy.patch:
     ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(stack.cluster_policy.name), with_provider)
 

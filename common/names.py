@@ -28,6 +28,13 @@ class DeviceListStrategy(StrEnum):
     VOLUME_MOUNTS = "volume-mounts"
 
 
+class ToolkitSettingsSource(StrEnum):
+    """Who makes the container toolkit accept device requests as volume mounts."""
+
+    CLUSTER_POLICY = "clusterPolicy"  # this stack's ClusterPolicy patch (clusterPolicy.patch: true)
+    NODE_CONFIG = "nodeConfig"  # an admin, in /etc/nvidia-container-runtime/config.toml on every GPU node
+
+
 class GuardMode(StrEnum):
     """What the access guard does with a pod that breaks a rule."""
 
@@ -77,6 +84,8 @@ OPERATOR_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
 PLUGIN_NAME = "nvidia-device-plugin"
 PLUGIN_NETWORK_POLICY = f"{PLUGIN_NAME}-no-network"
 POLICY_NAME = f"{PROJECT}-access-guard"
+# The guard's second policy: ConfigMap and Secret keys a container's envFrom would turn into env.
+ENV_KEYS_POLICY_NAME = f"{PROJECT}-env-keys"
 QUOTA_NAME = f"{PROJECT}-quota"
 DEFAULT_PLUGIN_NAMESPACE = f"{PROJECT}-system"
 DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
@@ -117,8 +126,31 @@ def plugin_labels(node_name: str) -> dict[str, str]:
 # --- Environment variables the NVIDIA stack reads ---
 
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+# Values of NVIDIA_VISIBLE_DEVICES that select no GPU (the toolkit's devices.go: void, none).
+NO_GPU_VALUES = ("void", "none")
 # Capability names that grant SYS_ADMIN, which the NVIDIA toolkit treats as privileged.
 SYS_ADMIN_CAPABILITIES = ("SYS_ADMIN", "CAP_SYS_ADMIN", "ALL")
+# What Pod Security `baseline` lets a container add: the guard's default allow-list.
+BASELINE_CAPABILITIES = (
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+)
+# Resources NVIDIA's device plugin advertises: nvidia.com/gpu, nvidia.com/gpu.shared (time-slicing
+# with renameByDefault), nvidia.com/mig-<profile> (MIG mixed).
+NVIDIA_RESOURCE_PATTERN = r"^nvidia\.com/(gpu|gpu\..+|mig-.+)$"
+# containerd turns pod annotations with this prefix into CDI device requests.
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
 
 # --- Host paths ---

@@ -1,8 +1,14 @@
-"""AccessGuard: an admission policy that keeps pods from reaching GPUs the scheduler did not give them.
+"""AccessGuard: admission policies that keep pods from reaching GPUs the scheduler did not give them.
 
-Scheduling only decides who gets `nvidia.com/gpu`; the container toolkit still honours a pod's
-own NVIDIA_VISIBLE_DEVICES, device-request mounts, privileged containers and CDI annotations.
-The expressions use standard CEL only, so tests run them unchanged in a CEL engine.
+Scheduling only decides who gets an NVIDIA resource; the container toolkit still gives a container
+whatever its final environment, its mounts, its privileges or its CDI annotations ask for. The
+rules are principles rather than lists of bad spellings (docs/security.md has every route, with the
+upstream lines): every container under an NVIDIA runtime either requests a positive NVIDIA
+resource or says `void`; the visible-devices variable is judged by the name the process finally
+sees; paths are judged in normal form, the device-request directory as the toolkit matches it;
+capabilities by an allow-list, compared as containerd compares; host paths only where allowed. On
+UPDATE only what the update adds is judged. The expressions are standard CEL, so the tests run them
+unchanged, and they type-check without warnings in the API server.
 """
 
 from __future__ import annotations
@@ -14,34 +20,37 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import (
+    CDI_ANNOTATION_PREFIX,
     DEVICE_REQUEST_DIR,
-    OPERATOR_RUNTIME_CLASSES,
+    ENV_KEYS_POLICY_NAME,
+    NO_GPU_VALUES,
+    NVIDIA_RESOURCE_PATTERN,
     PART_OF,
     PART_OF_LABEL,
     POLICY_NAME,
+    PROJECT,
     RUNTIME_CLASS_PREFIX,
-    SYS_ADMIN_CAPABILITIES,
+    VISIBLE_DEVICES_ENV,
     GuardMode,
     Token,
 )
+from stack_config.models import StackConfig
 
 VALIDATION_ACTIONS = {GuardMode.ENFORCE: ["Deny"], GuardMode.WARN: ["Warn", "Audit"], GuardMode.AUDIT: ["Audit"]}
-# The toolkit's device-request directory, in both spellings a pod may mount it by (/var/run is /run).
-DEVICE_REQUEST_MOUNTS = [DEVICE_REQUEST_DIR.removeprefix("/var"), DEVICE_REQUEST_DIR]
-# Host paths that lead to GPU device nodes or to the toolkit's device-request mounts.
-GPU_HOST_PATHS = ["/dev", *DEVICE_REQUEST_MOUNTS]
+# The toolkit matches the request directory as a bare string prefix of the cleaned mount
+# destination (cuda_image.go, requestsFromMounts); /run is where /var/run points in most images.
+DEVICE_REQUEST_ROOTS = [DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/var")]
+# A positive quantity: a non-zero digit in the number before any exponent or suffix ("0", "0e3" are not).
+POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
+# Absolute, no empty, "." or ".." segment (a trailing "/" is fine): what filepath.Clean leaves alone.
+NORMAL_PATH = r"^(/[^/]+)*/?$"
+DOT_SEGMENT = r"/\.\.?(/|$)"
+REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
 
 
-def _cel_list(values: list[str]) -> str:
-    return json.dumps(sorted(values))  # a JSON list of strings is a CEL list literal
-
-
-def _under(path: str, roots: list[str]) -> str:
-    """CEL: `path` is one of `roots`, below one, or above one (mounting / exposes /dev too)."""
-    return (
-        f"{_cel_list(roots)}.exists(r, {path} == r || {path}.startsWith(r + '/') "
-        f"|| r.startsWith({path}.endsWith('/') ? {path} : {path} + '/'))"
-    )
+def cel(value: object) -> str:
+    """A CEL literal: JSON strings and lists of strings are CEL literals too."""
+    return json.dumps(value)
 
 
 @dataclass(frozen=True)
@@ -51,104 +60,253 @@ class Rule:
     message: str
 
 
-VARIABLES = [
-    (
-        "containers",
-        "(has(object.spec.containers) ? object.spec.containers : [])"
-        " + (has(object.spec.initContainers) ? object.spec.initContainers : [])"
-        " + (has(object.spec.ephemeralContainers) ? object.spec.ephemeralContainers : [])",
-    ),
-    (
-        "hostPaths",
-        "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, v.hostPath.path) : []",
-    ),
-    (
-        "nvidiaRuntime",
-        f"has(object.spec.runtimeClassName) && (object.spec.runtimeClassName.startsWith('{RUNTIME_CLASS_PREFIX}')"
-        f" || object.spec.runtimeClassName in {_cel_list(list(OPERATOR_RUNTIME_CLASSES))})",
-    ),
-    (
-        "requestsGpu",
-        "variables.containers.exists(c, has(c.resources) && ("
-        "(has(c.resources.limits) && 'nvidia.com/gpu' in c.resources.limits)"
-        " || (has(c.resources.requests) && 'nvidia.com/gpu' in c.resources.requests)))",
-    ),
-]
+@dataclass(frozen=True)
+class PolicySpec:
+    """One ValidatingAdmissionPolicy: its name, what it matches, its variables and rules."""
 
-
-RULES = [
-    Rule(
-        "visible-devices-env",
-        "!variables.containers.exists(c, has(c.env) && c.env.exists(e, e.name == 'NVIDIA_VISIBLE_DEVICES'))",
-        "containers may not set NVIDIA_VISIBLE_DEVICES: request GPUs with resources.limits['nvidia.com/gpu'] "
-        "and the device plugin chooses them",
-    ),
-    Rule(
-        "gpu-host-paths",
-        "!variables.hostPaths.exists(p, p.contains('..') || " + _under("p", GPU_HOST_PATHS) + ")",
-        "hostPath volumes may not reach /dev or the NVIDIA device-request paths: "
-        "request GPUs with resources.limits['nvidia.com/gpu'] instead",
-    ),
-    Rule(
-        "device-request-mounts",
-        "!variables.containers.exists(c, has(c.volumeMounts) && c.volumeMounts.exists(m, "
-        + _under("m.mountPath", DEVICE_REQUEST_MOUNTS)
-        + "))",
-        "volumes may not be mounted under /var/run/nvidia-container-devices: "
-        "request GPUs with resources.limits['nvidia.com/gpu'] instead",
-    ),
-    Rule(
-        "privileged",
-        "!variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.privileged)"
-        " && c.securityContext.privileged)",
-        "privileged containers see every GPU of the node: drop privileged and request "
-        "resources.limits['nvidia.com/gpu']",
-    ),
-    Rule(
-        "sys-admin",
-        "!variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.capabilities)"
-        " && has(c.securityContext.capabilities.add)"
-        f" && c.securityContext.capabilities.add.exists(a, a in {_cel_list(list(SYS_ADMIN_CAPABILITIES))}))",
-        "the NVIDIA toolkit treats SYS_ADMIN as privileged (every GPU): drop it and request "
-        "resources.limits['nvidia.com/gpu']",
-    ),
-    Rule(
-        "cdi-annotations",
-        "!(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('cdi.k8s.io/')))",
-        "cdi.k8s.io/ annotations inject devices directly: request resources.limits['nvidia.com/gpu'] instead",
-    ),
-    Rule(
-        "gpu-runtime-without-request",
-        "!variables.nvidiaRuntime || variables.requestsGpu",
-        "a pod using an NVIDIA runtime class must request resources.limits['nvidia.com/gpu']: "
-        "without a request the image's own NVIDIA_VISIBLE_DEVICES decides which GPUs it sees",
-    ),
-]
+    name: str
+    resources: list[str]
+    variables: list[tuple[str, str]]
+    rules: list[Rule]
 
 
 @dataclass(frozen=True)
 class AccessGuardArgs:
+    """The guard's settings; `of(stack)` takes them from a validated stack."""
+
     mode: GuardMode
     """enforce (deny), warn (admit, warn, audit) or audit (annotate only)."""
     exempt_namespaces: list[str]
     """Namespaces the guard does not check: trusted system namespaces and the plugin's."""
+    exempt_namespace_labels: dict[str, str]
+    """Label pairs that exempt a namespace carrying any of them."""
+    allowed_host_paths: list[str]
+    """Host paths tenant pods may mount, exactly, read-only."""
+    allowed_capabilities: list[str]
+    """Capabilities tenant containers may add."""
+    nvidia_runtime_classes: list[str]
+    """RuntimeClasses that run the NVIDIA toolkit, besides this stack's own."""
+    nvidia_is_default_runtime: bool
+    """Every container runs the toolkit, whatever its RuntimeClass."""
+    allow_resource_claims: bool
+    """Admit pods with resourceClaims."""
+
+    @classmethod
+    def of(cls, stack: StackConfig) -> AccessGuardArgs:
+        guard = stack.guard
+        return cls(
+            mode=guard.mode,
+            exempt_namespaces=stack.exempt_namespaces,
+            exempt_namespace_labels=dict(guard.exempt_namespace_labels),
+            allowed_host_paths=list(guard.allowed_host_paths),
+            allowed_capabilities=list(guard.allowed_capabilities),
+            nvidia_runtime_classes=list(guard.nvidia_runtime_classes),
+            nvidia_is_default_runtime=guard.nvidia_is_default_runtime,
+            allow_resource_claims=guard.allow_resource_claims,
+        )
+
+
+def _containers(obj: str) -> str:
+    """Every container of a pod object, init and ephemeral ones included (`dyn`: three element types)."""
+    kinds = ("initContainers", "containers", "ephemeralContainers")
+    return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in kinds)
+
+
+def variables(args: AccessGuardArgs) -> list[tuple[str, str]]:
+    allowed_paths = cel(sorted(args.allowed_host_paths))
+    runtime = (
+        "true"
+        if args.nvidia_is_default_runtime
+        else (
+            "has(object.spec.runtimeClassName) && (object.spec.runtimeClassName"
+            f".startsWith({cel(RUNTIME_CLASS_PREFIX)})"
+            f" || object.spec.runtimeClassName in {cel(sorted(args.nvidia_runtime_classes))})"
+        )
+    )
+    return [
+        ("creating", "request.operation == 'CREATE'"),
+        ("allContainers", _containers("object")),
+        ("oldContainers", f"variables.creating || oldObject == null ? [] : {_containers('oldObject')}"),
+        # What this request adds: every container on CREATE; on UPDATE the new or changed ones
+        # (an ephemeral container, an image change), never what was already admitted.
+        ("containers", "variables.allContainers.filter(c, !variables.oldContainers.exists(o, o == c))"),
+        ("nvidiaRuntime", runtime),
+        (
+            "hostPathVolumes",
+            "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, v.name) : []",
+        ),
+        (
+            "allowedHostPathVolumes",
+            "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)"
+            f" && v.hostPath.path in {allowed_paths}).map(v, v.name) : []",
+        ),
+    ]
+
+
+def _sets_no_gpu(env: str) -> str:
+    return f"{env}.name == {cel(VISIBLE_DEVICES_ENV)} && has({env}.value) && {env}.value in {cel(list(NO_GPU_VALUES))}"
+
+
+def _requests_nvidia(c: str) -> str:
+    return (
+        f"has({c}.resources) && has({c}.resources.limits) && {c}.resources.limits.exists(k,"
+        f" k.matches({cel(NVIDIA_RESOURCE_PATTERN)}) && {c}.resources.limits[k].matches({cel(POSITIVE_QUANTITY)}))"
+    )
+
+
+def _capability_pattern(allowed: list[str]) -> str:
+    return "(?i)^(CAP_)?(" + "|".join(sorted(allowed)) + ")$" if allowed else "^$"
+
+
+def rules(args: AccessGuardArgs) -> list[Rule]:
+    mounts = "variables.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {}))"
+    roots = " && ".join(f"!m.mountPath.startsWith({cel(root)})" for root in DEVICE_REQUEST_ROOTS)
+    return [
+        Rule(
+            "gpu-runtime-needs-a-request",
+            "!variables.nvidiaRuntime || variables.containers.all(c, "
+            f"({_requests_nvidia('c')}) || (has(c.env) && c.env.exists(e, {_sets_no_gpu('e')})))",
+            "under an NVIDIA runtime class every container, init and debug containers too, must "
+            f"{REQUEST} with a positive quantity, or set env NVIDIA_VISIBLE_DEVICES=void: otherwise the "
+            "image's own NVIDIA_VISIBLE_DEVICES (=all in CUDA images) decides which GPUs it sees",
+        ),
+        Rule(
+            "visible-devices-env",
+            f"!variables.containers.exists(c, has(c.env) && c.env.exists(e, e.name == {cel(VISIBLE_DEVICES_ENV)}"
+            f" && !({_sets_no_gpu('e')})))",
+            "containers may set NVIDIA_VISIBLE_DEVICES only to void or none (no GPU), as a literal value: "
+            f"to get a GPU, {REQUEST} and the device plugin chooses it",
+        ),
+        Rule(
+            "visible-devices-env-from",
+            "!variables.containers.exists(c, has(c.envFrom) && c.envFrom.exists(f, has(f.prefix)"
+            f" && f.prefix != '' && {cel(VISIBLE_DEVICES_ENV)}.startsWith(f.prefix)))",
+            "an envFrom prefix may not begin the name NVIDIA_VISIBLE_DEVICES (the kubelet prepends it to each "
+            "key, and the result overrides the device plugin's choice): choose another prefix",
+        ),
+        Rule(
+            "host-path-volumes",
+            "!variables.creating || size(variables.hostPathVolumes) == size(variables.allowedHostPathVolumes)",
+            "hostPath volumes are not allowed in this namespace (a host path can reach GPU devices, the "
+            "kubelet's device-plugin socket, the container runtime or the toolkit's config); ask the platform "
+            "team to allow the exact path (guard.allowedHostPaths), read-only",
+        ),
+        Rule(
+            "host-path-mounts-read-only",
+            # A volume that is not allowed at all is host-path-volumes' to report, on CREATE; a debug
+            # container added later may not mount it either.
+            mounts.format(
+                "!(m.name in variables.hostPathVolumes) || (m.name in variables.allowedHostPathVolumes"
+                " ? has(m.readOnly) && m.readOnly : variables.creating)"
+            ),
+            "a hostPath volume may only be mounted with readOnly: true, and only one this namespace allows",
+        ),
+        Rule(
+            "mount-paths-normal",
+            mounts.format(f"m.mountPath.matches({cel(NORMAL_PATH)}) && !m.mountPath.matches({cel(DOT_SEGMENT)})"),
+            "mountPath must be absolute and in normal form (no //, /./ or /../): the NVIDIA toolkit "
+            "cleans paths before it reads device requests from them",
+        ),
+        Rule(
+            "device-request-mounts",
+            mounts.format(roots),
+            f"nothing may be mounted at or under {DEVICE_REQUEST_DIR} (or a path that merely starts with it): "
+            f"the NVIDIA toolkit reads device requests there; {REQUEST}",
+        ),
+        Rule(
+            "privileged",
+            "!variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.privileged)"
+            " && c.securityContext.privileged)",
+            f"privileged containers see every GPU of the node: drop privileged and {REQUEST}",
+        ),
+        Rule(
+            "capabilities",
+            "variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
+            " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a,"
+            f" a.matches({cel(_capability_pattern(args.allowed_capabilities))})))",
+            "a container may add only the capabilities this namespace allows ("
+            + (", ".join(sorted(args.allowed_capabilities)) or "none")
+            + "); the NVIDIA toolkit treats SYS_ADMIN (in any spelling) as privileged: every GPU",
+        ),
+        Rule(
+            "cdi-annotations",
+            "!(has(object.metadata.annotations) && object.metadata.annotations.exists(k,"
+            f" k.startsWith({cel(CDI_ANNOTATION_PREFIX)}) && (variables.creating || oldObject == null"
+            " || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations)"
+            " || oldObject.metadata.annotations[k] != object.metadata.annotations[k])))",
+            f"{CDI_ANNOTATION_PREFIX} annotations inject devices directly, past the device plugin: {REQUEST}",
+        ),
+        Rule(
+            "resource-claims",
+            "true"
+            if args.allow_resource_claims
+            else "!variables.creating || !has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0",
+            "resourceClaims (Dynamic Resource Allocation) are not allowed here: a DRA driver would hand out "
+            f"devices the stack does not list; {REQUEST}",
+        ),
+    ]
+
+
+ENV_KEY_RULE = Rule(
+    "no-visible-devices-key",
+    f"!has(object.data) || !({cel(VISIBLE_DEVICES_ENV)} in object.data)",
+    "ConfigMaps and Secrets here may not carry a key NVIDIA_VISIBLE_DEVICES: a container's envFrom would "
+    "turn it into the variable that picks GPUs, over the device plugin's choice; set env "
+    "NVIDIA_VISIBLE_DEVICES=void in the container instead, or request a GPU",
+)
+
+
+def denial(rule: Rule) -> str:
+    """What a denied user reads: which rule, why, and what to do instead."""
+    return f"{PROJECT} guard, rule {rule.name}: {rule.message}"
+
+
+def exemption(args: AccessGuardArgs) -> str:
+    """CEL: the request is in a namespace the guard trusts, by name or by label."""
+    by_name = f"request.namespace in {cel(sorted(args.exempt_namespaces))}"
+    if not args.exempt_namespace_labels:
+        return by_name
+    pairs = " || ".join(
+        f"(has(namespaceObject.metadata.labels) && {cel(key)} in namespaceObject.metadata.labels"
+        f" && namespaceObject.metadata.labels[{cel(key)}] == {cel(value)})"
+        for key, value in sorted(args.exempt_namespace_labels.items())
+    )
+    return f"{by_name} || (namespaceObject != null && ({pairs}))"
 
 
 class AccessGuard(pulumi.ComponentResource):
-    """A ValidatingAdmissionPolicy over Pods (and `kubectl debug`'s ephemeral containers) plus its binding."""
+    """Two ValidatingAdmissionPolicies and their bindings: one over Pods (and `kubectl debug`'s
+    ephemeral containers), one over the ConfigMap and Secret keys envFrom would turn into env."""
 
     policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
-    """The rules, in standard CEL."""
+    """The pod rules, in standard CEL."""
     binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
-    """Binds the rules with the mode's validation actions."""
+    """Binds the pod rules with the mode's validation actions."""
+    env_keys_policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+    """The ConfigMap and Secret rule."""
+    env_keys_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+    """Binds the ConfigMap and Secret rule with the same actions."""
 
     def __init__(self, name: str, args: AccessGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.ACCESS_GUARD, name, None, opts)
-        mode, exempt_namespaces = args.mode, args.exempt_namespaces
+        pods = PolicySpec(POLICY_NAME, ["pods", "pods/ephemeralcontainers"], variables(args), rules(args))
+        keys = PolicySpec(ENV_KEYS_POLICY_NAME, ["configmaps", "secrets"], [], [ENV_KEY_RULE])
+        self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, args)
+        self.env_keys_policy, self.env_keys_binding = self._policy(
+            f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, args
+        )
+        self.register_outputs({"policy": self.policy.metadata.name, "mode": str(args.mode)})
+
+    def _policy(
+        self, policy_resource: str, binding_resource: str, spec: PolicySpec, args: AccessGuardArgs
+    ) -> tuple[
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
+    ]:
         labels = {PART_OF_LABEL: PART_OF}
-        self.policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
-            f"{name}-policy",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=POLICY_NAME, labels=labels),
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            policy_resource,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=spec.name, labels=labels),
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
                 failure_policy="Fail",
                 match_constraints=k8s.admissionregistration.v1.MatchResourcesArgs(
@@ -157,36 +315,36 @@ class AccessGuard(pulumi.ComponentResource):
                             api_groups=[""],
                             api_versions=["v1"],
                             operations=["CREATE", "UPDATE"],
-                            resources=["pods", "pods/ephemeralcontainers"],
+                            resources=spec.resources,
                         )
                     ]
                 ),
                 match_conditions=[
                     k8s.admissionregistration.v1.MatchConditionArgs(
-                        name="not-exempt-namespace",
-                        expression=f"!(request.namespace in {_cel_list(exempt_namespaces)})",
+                        name="not-exempt-namespace", expression=f"!({exemption(args)})"
                     )
                 ],
                 variables=[
                     k8s.admissionregistration.v1.VariableArgs(name=var_name, expression=expression)
-                    for var_name, expression in VARIABLES
-                ],
+                    for var_name, expression in spec.variables
+                ]
+                or None,
                 validations=[
                     k8s.admissionregistration.v1.ValidationArgs(
-                        expression=rule.expression, message=rule.message, reason="Forbidden"
+                        expression=rule.expression, message=denial(rule), reason="Forbidden"
                     )
-                    for rule in RULES
+                    for rule in spec.rules
                 ],
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            f"{name}-binding",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=POLICY_NAME, labels=labels),
+        binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            binding_resource,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=spec.name, labels=labels),
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
-                policy_name=self.policy.metadata.name,
-                validation_actions=VALIDATION_ACTIONS[mode],
+                policy_name=policy.metadata.name,
+                validation_actions=VALIDATION_ACTIONS[args.mode],
             ),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"policy": self.policy.metadata.name, "mode": str(mode)})
+        return policy, binding

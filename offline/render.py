@@ -67,6 +67,10 @@ def summary(rendered: Rendered, out_dir: Path) -> str:
     ]
     quotas = ", ".join(f"{ns}={limit}" for ns, limit in sorted(rendered.stack.quotas.items())) or "none"
     lines.append(f"  quotas (requests.nvidia.com/gpu): {quotas}")
+    guard = rendered.stack.guard
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(guard.exempt_namespace_labels.items())) or "none"
+    exempt = ", ".join(rendered.stack.exempt_namespaces)
+    lines.append(f"  guard: {guard.mode}; exempt namespaces: {exempt}; exempt by label: {labels}")
     lines += [f"warning: {warning}" for warning in quota_warnings(rendered.stack)]
     return "\n".join(lines)
 

@@ -15,7 +15,8 @@ from common.cli import UsageError, bounded
 from common.names import PROJECT
 
 Loc = tuple[int | str, ...]
-_MISSING = object()
+MISSING: Any = object()  # a problem with no value to show: a key that is absent
+_MISSING = MISSING
 
 # Pydantic's wording is written for developers; these are written for whoever edits the stack.
 _REASONS = {

@@ -15,17 +15,20 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.alias_generators import to_camel
 
 from common.names import (
+    BASELINE_CAPABILITIES,
     CLUSTER_NAMESPACES,
     DEFAULT_CLUSTER_POLICY,
     DEFAULT_EXEMPT_NAMESPACES,
     DEFAULT_PLUGIN_IMAGE,
     DEFAULT_PLUGIN_NAMESPACE,
+    OPERATOR_RUNTIME_CLASSES,
     DeviceListStrategy,
     GuardMode,
     MigStrategy,
     Role,
+    ToolkitSettingsSource,
 )
-from stack_config.errors import FieldProblemsError, Loc, key_path
+from stack_config.errors import MISSING, FieldProblemsError, Loc, key_path
 
 # A device UUID as NVML and `nvidia-smi -L` print it: a prefix, then lowercase hex in this shape.
 UUID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
@@ -37,6 +40,12 @@ DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# An absolute path as the toolkit's filepath.Clean would leave it; the guard compares paths so.
+NORMAL_PATH = re.compile(r"(/[^/]+)+")
+DOT_SEGMENT = re.compile(r"/\.\.?(/|$)")
+CAPABILITY = re.compile(r"[A-Z][A-Z0-9_]*")
+LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 
 def _reject_index(value: object) -> object:
@@ -117,12 +126,43 @@ def _check_image(value: str) -> str:
     return value
 
 
+def _check_host_path(value: str) -> str:
+    if not NORMAL_PATH.fullmatch(value) or DOT_SEGMENT.search(value):
+        raise ValueError("not an absolute path in normal form (no //, /./, /../ or trailing /)")
+    return value
+
+
+def _check_capability(value: str) -> str:
+    if not CAPABILITY.fullmatch(value):
+        raise ValueError("not a capability name: upper-case letters and '_', without CAP_ (e.g. NET_BIND_SERVICE)")
+    if value in ("SYS_ADMIN", "ALL"):
+        raise ValueError("never allowed: the NVIDIA toolkit treats SYS_ADMIN as privileged (every GPU)")
+    return value
+
+
+def _check_label_key(value: str) -> str:
+    if not LABEL_KEY.fullmatch(value) or len(value) > 317:
+        raise ValueError("not a label key ([prefix/]name)")
+    return value
+
+
+def _check_label_value(value: str) -> str:
+    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+        raise ValueError("not a label value (at most 63 letters, digits, '-', '_', '.')")
+    return value
+
+
 GpuUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_gpu_uuid)]
 DeviceUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_device_uuid)]
 MigUuid = Annotated[str, AfterValidator(_check_mig_uuid)]
 NamespaceName = Annotated[str, AfterValidator(_check_dns_label)]
 NodeName = Annotated[str, AfterValidator(_check_node_name)]
 ImageRef = Annotated[str, AfterValidator(_check_image)]
+HostPath = Annotated[str, AfterValidator(_check_host_path)]
+Capability = Annotated[str, AfterValidator(_check_capability)]
+ObjectName = Annotated[str, AfterValidator(_check_object_name)]
+LabelKey = Annotated[str, AfterValidator(_check_label_key)]
+LabelValue = Annotated[str, AfterValidator(_check_label_value)]
 
 
 # Stack files spell enum values as strings; strict mode would demand the enum object itself.
@@ -230,6 +270,11 @@ class DevicePluginConfig(_Model):
     device_list_strategy: Annotated[DeviceListStrategy, LaxEnum] = DeviceListStrategy.ENVVAR
     """`envvar` (the recipe's) or `volume-mounts`: the plugin hands GPUs out as `/dev/null` mounts, for a toolkit that
     ignores `NVIDIA_VISIBLE_DEVICES` from unprivileged pods."""
+    volume_mounts_accepted_by: Annotated[ToolkitSettingsSource, LaxEnum] | None = None
+    """Required with `volume-mounts`: who makes the toolkit read those mounts
+    (`accept-nvidia-visible-devices-as-volume-mounts = true`). `clusterPolicy`: this stack's ClusterPolicy patch;
+    `nodeConfig`: an admin, in each GPU node's `/etc/nvidia-container-runtime/config.toml`. Without it the toolkit
+    ignores the mounts and GPU pods fail to start."""
 
 
 class GuardConfig(_Model):
@@ -238,7 +283,24 @@ class GuardConfig(_Model):
     mode: Annotated[GuardMode, LaxEnum] = GuardMode.ENFORCE
     """`enforce` denies; `warn` admits, warns the client and annotates the audit log; `audit` only annotates."""
     exempt_namespaces: list[NamespaceName] = Field(default_factory=lambda: list(DEFAULT_EXEMPT_NAMESPACES))
-    """Namespaces the guard does not check; the plugin's namespace is always added."""
+    """Namespaces the guard does not check (trusted: they may reach any GPU); the plugin's namespace is always added."""
+    exempt_namespace_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """Label `key: value` pairs: a namespace carrying any of them is exempt too, so the platform's CNI, CSI and
+    monitoring namespaces can be trusted by a label instead of a stack edit each. Only who may label namespaces
+    may then exempt one."""
+    allowed_host_paths: list[HostPath] = Field(default_factory=list)
+    """Host paths tenant pods may mount, exactly and read-only only; any other hostPath is denied."""
+    allowed_capabilities: list[Capability] = Field(default_factory=lambda: list(BASELINE_CAPABILITIES))
+    """Capabilities tenant containers may add (compared as containerd does: any letter case, `CAP_` optional).
+    Default: what Pod Security `baseline` allows. `SYS_ADMIN` and `ALL` are never allowed."""
+    nvidia_runtime_classes: list[ObjectName] = Field(default_factory=lambda: list(OPERATOR_RUNTIME_CLASSES))
+    """RuntimeClasses whose handler runs the NVIDIA toolkit, besides this stack's own `hidden-gpu-*`."""
+    nvidia_is_default_runtime: bool = False
+    """`true` if `nvidia` is containerd's default runtime on the GPU nodes: then every tenant container runs the
+    toolkit, and each must request an NVIDIA resource or set `NVIDIA_VISIBLE_DEVICES=void`."""
+    allow_resource_claims: bool = False
+    """Admit pods with `resourceClaims` (Dynamic Resource Allocation). Off: a DRA GPU driver, if ever installed,
+    would hand out devices the stack does not list."""
 
 
 class ClusterPolicyConfig(_Model):
@@ -247,7 +309,7 @@ class ClusterPolicyConfig(_Model):
     patch: bool = False
     """Patch the ClusterPolicy's toolkit and device-plugin env (cluster-wide); needs `devicePlugin.deviceListStrategy:
     volume-mounts`."""
-    name: Annotated[str, AfterValidator(_check_object_name)] = DEFAULT_CLUSTER_POLICY
+    name: ObjectName = DEFAULT_CLUSTER_POLICY
     """The ClusterPolicy's name."""
 
 
@@ -280,6 +342,7 @@ class StackConfig(_Model):
 
 def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
     """Rules that span several nodes or sections, each located by its full path."""
+    yield from _toolkit_problems(stack)
     if stack.cluster_policy.patch and stack.device_plugin.device_list_strategy != DeviceListStrategy.VOLUME_MOUNTS:
         yield (
             ("clusterPolicy", "patch"),
@@ -307,6 +370,32 @@ def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
             first = first_place.setdefault(uuid, here)
             if first != here and first[1] != node_index:
                 yield here, uuid, f"GPU also listed on another node ({_short(first)}); a GPU belongs to one node"
+
+
+def _toolkit_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
+    """volume-mounts needs a toolkit that reads the mounts, and the stack must say who sets that."""
+    plugin = stack.device_plugin
+    source = plugin.volume_mounts_accepted_by
+    if plugin.device_list_strategy == DeviceListStrategy.VOLUME_MOUNTS and source is None:
+        yield (
+            ("devicePlugin", "volumeMountsAcceptedBy"),
+            MISSING,
+            "required with deviceListStrategy volume-mounts: clusterPolicy (this stack patches the "
+            "ClusterPolicy) or nodeConfig (an admin set accept-nvidia-visible-devices-as-volume-mounts on "
+            "every GPU node); without that setting the toolkit ignores the mounts and GPU pods fail",
+        )
+    if source == ToolkitSettingsSource.CLUSTER_POLICY and not stack.cluster_policy.patch:
+        yield (
+            ("devicePlugin", "volumeMountsAcceptedBy"),
+            str(source),
+            "says the ClusterPolicy patch provides the setting, but clusterPolicy.patch is false",
+        )
+    if source is not None and plugin.device_list_strategy != DeviceListStrategy.VOLUME_MOUNTS:
+        yield (
+            ("devicePlugin", "volumeMountsAcceptedBy"),
+            str(source),
+            "only means something with deviceListStrategy volume-mounts",
+        )
 
 
 def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:

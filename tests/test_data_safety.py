@@ -23,7 +23,7 @@ from offline import diff, render
 from offline.program import LiveObjectMissingError, run_program
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.objects import only
-from tests.support.stacks import EXPOSED, HIDDEN, changed, node, valid_config, write_stack
+from tests.support.stacks import EXPOSED, HIDDEN, changed, cluster_policy_patched, node, valid_config, write_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_FILES = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -182,12 +182,7 @@ def live_cluster_policy(**spec: Any) -> dict[tuple[str, str], dict[str, Any]]:
     return {(CLUSTER_POLICY, "cluster-policy"): {**obj, "spec": spec}}
 
 
-def patching(config: dict[str, Any]) -> None:
-    config["hidden-gpu:devicePlugin"]["deviceListStrategy"] = "volume-mounts"
-    config["hidden-gpu:clusterPolicy"] = {"patch": True}
-
-
-PATCHED = changed(patching)
+PATCHED = changed(cluster_policy_patched)
 
 
 def test_foreign_toolkit_env_entries_survive_the_patch() -> None:

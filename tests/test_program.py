@@ -14,7 +14,7 @@ from common.names import (
 )
 from offline.program import ProgramRun, run_program
 from tests.support.objects import env_of, only
-from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, node
+from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, cluster_policy_patched, node
 
 
 def component(run: ProgramRun, node_name: str) -> str:
@@ -185,14 +185,7 @@ def test_operand_switches_follow_the_config() -> None:
 
 def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
     assert run.of_type(Token.CLUSTER_POLICY_PATCH) == []
-    config = changed(
-        lambda c: c.update(
-            {
-                "hidden-gpu:devicePlugin": {"deviceListStrategy": "volume-mounts"},
-                "hidden-gpu:clusterPolicy": {"patch": True},
-            }
-        )
-    )
+    config = changed(cluster_policy_patched)
     patch = only(run_program(config, "test").of_type(Token.CLUSTER_POLICY_PATCH)).inputs
     assert (patch["apiVersion"], patch["kind"], patch["metadata"]["name"]) == (
         "nvidia.com/v1",

@@ -6,7 +6,6 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import cel
 import kubernetes_validate
 import pytest
 import yaml
@@ -17,6 +16,7 @@ from offline import render
 from offline.program import ProgramRun, run_program
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
 from tests.support.fake_nvml import FakeGpu, fake_nvml
+from tests.support.guard import admit, plugin_pod, pod_policy
 from tests.support.objects import env_of, only
 from tests.support.stacks import EXPOSED, HIDDEN, MIG_A, MIG_B, PARENT, changed, node, time_sliced, with_mig
 
@@ -113,12 +113,9 @@ def test_no_mig_means_no_capability(run: ProgramRun) -> None:
 def test_mig_plugin_is_admitted_only_in_its_namespace() -> None:
     """SYS_ADMIN is what the guard denies tenants; the plugin's namespace is exempt."""
     run = run_program(with_mig("single"), "test")
-    policy = only(run.of_type(Token.ADMISSION_POLICY)).inputs
-    template = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]
-    request_for = {"object": {"metadata": template["metadata"], "spec": template["spec"]}}
-    condition = policy["spec"]["matchConditions"][0]["expression"]
-    assert cel.evaluate(condition, {**request_for, "request": {"namespace": DEFAULT_PLUGIN_NAMESPACE}}) is False
-    assert cel.evaluate(condition, {**request_for, "request": {"namespace": "ml-team"}}) is True
+    mig_plugin = plugin_pod(run)
+    assert admit(pod_policy(run), mig_plugin, DEFAULT_PLUGIN_NAMESPACE) is None
+    assert "capabilities" in str(admit(pod_policy(run), mig_plugin, "ml-team"))
 
 
 @pytest.mark.parametrize("version", ["1.30", "1.37"])

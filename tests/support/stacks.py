@@ -76,6 +76,19 @@ def with_mig(
     return changed(change)
 
 
+def volume_mounts(config: dict[str, Any], accepted_by: str = "nodeConfig") -> None:
+    """The hardened device-list mode, with the toolkit setting it needs provided by `accepted_by`."""
+    config["hidden-gpu:devicePlugin"].update(
+        {"deviceListStrategy": "volume-mounts", "volumeMountsAcceptedBy": accepted_by}
+    )
+
+
+def cluster_policy_patched(config: dict[str, Any]) -> None:
+    """volume-mounts, with this stack's ClusterPolicy patch providing the toolkit setting."""
+    volume_mounts(config, "clusterPolicy")
+    config["hidden-gpu:clusterPolicy"] = {"patch": True}
+
+
 @dataclass(frozen=True)
 class Rejection:
     """A config that must be refused, and what the one-line message must name."""
@@ -283,6 +296,34 @@ REJECTIONS = [
         "hidden-gpu:devicePlugin.deviceListStrategy",
         '"cdi-cri"',
         "must be one of 'envvar' or 'volume-mounts'",
+    ),
+    Rejection(
+        "volume-mounts-without-the-toolkit-setting",
+        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("deviceListStrategy", "volume-mounts")),
+        "hidden-gpu:devicePlugin.volumeMountsAcceptedBy",
+        None,
+        "required with deviceListStrategy volume-mounts",
+    ),
+    Rejection(
+        "volume-mounts-said-to-come-from-an-absent-patch",
+        changed(lambda c: volume_mounts(c, "clusterPolicy")),
+        "hidden-gpu:devicePlugin.volumeMountsAcceptedBy",
+        '"clusterPolicy"',
+        "clusterPolicy.patch is false",
+    ),
+    Rejection(
+        "sys-admin-cannot-be-allowed",
+        changed(lambda c: c.__setitem__("hidden-gpu:guard", {"allowedCapabilities": ["SYS_ADMIN"]})),
+        "hidden-gpu:guard.allowedCapabilities[0]",
+        '"SYS_ADMIN"',
+        "never allowed",
+    ),
+    Rejection(
+        "allowed-host-path-not-normal",
+        changed(lambda c: c.__setitem__("hidden-gpu:guard", {"allowedHostPaths": ["/var//log"]})),
+        "hidden-gpu:guard.allowedHostPaths[0]",
+        '"/var//log"',
+        "normal form",
     ),
     Rejection(
         "cluster-policy-patch-with-envvar-plugins",
