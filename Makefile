@@ -8,9 +8,9 @@ SCAN_DIR := render/scan
 STACK ?= dev
 OUT ?= render/$(STACK)
 
-.PHONY: render test lint scan docs clean
+.PHONY: render test lint scan docs protos clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt constraints.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-host.txt constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hidden-gpu needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
@@ -30,6 +30,10 @@ test: $(VENV)/.installed
 # docs/configuration.md is generated from the config models; make test fails when it is stale.
 docs: $(VENV)/.installed
 	$(PY) -m offline.config_reference
+
+# The kubelet PodResources stubs, generated from our own .proto; make test fails when they are stale.
+protos: $(VENV)/.installed
+	$(PY) -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. --pyi_out=. host/podresources/api.proto
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .

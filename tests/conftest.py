@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 from hypothesis import settings
@@ -18,3 +19,12 @@ def run() -> ProgramRun:
 settings.register_profile("ci", derandomize=True, database=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture
+def unused_port() -> int:
+    """A loopback port nobody listens on, for a server the test starts."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

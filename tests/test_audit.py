@@ -1,14 +1,23 @@
-"""host.audit: NVML processes mapped to pods through fixture /proc trees."""
+"""host.audit: NVML processes mapped to pods through fixture /proc trees and the kubelet's PodResources API,
+served by a real gRPC server on a unix socket."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from common.cli import UnavailableError
+from common.names import Role
 from host import audit
+from host.watch import Watcher
+from tests.support.fake_kubelet import Kubelet, serve
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 
 POD = "0d3d1c8a-6b0e-4c3c-9a4c-1e2f3a4b5c6d"
@@ -46,16 +55,35 @@ def test_pod_and_container_from_cgroup(layout: str) -> None:
     assert audit.owner_from_cgroup(CGROUP_LAYOUTS[layout]) == audit.Owner(POD, CID)
 
 
+def test_a_static_pods_uid_has_no_dashes() -> None:
+    static = "6e8f3b1f0c2a4d5e9b7c1a2d3e4f5a6b"
+    assert audit.owner_from_cgroup(
+        f"0::/kubepods.slice/kubepods-pod{static}.slice/cri-containerd-{CID}.scope\n"
+    ) == audit.Owner(static, CID)
+
+
 @pytest.mark.parametrize("layout", HOST_CGROUPS, ids=list(HOST_CGROUPS))
 def test_host_processes_have_no_pod(layout: str) -> None:
     assert audit.owner_from_cgroup(HOST_CGROUPS[layout]) == audit.Owner(None, None)
 
 
-def proc_tree(root: Path, cgroups: dict[int, str]) -> Path:
+def proc_tree(root: Path, cgroups: dict[int, str | bytes]) -> Path:
+    (root / "proc" / "self").mkdir(parents=True, exist_ok=True)
     for pid, text in cgroups.items():
         (root / "proc" / str(pid)).mkdir(parents=True)
-        (root / "proc" / str(pid) / "cgroup").write_text(text)
+        cgroup = root / "proc" / str(pid) / "cgroup"
+        cgroup.write_bytes(text) if isinstance(text, bytes) else cgroup.write_text(text)
     return root / "proc"
+
+
+def log_tree(root: Path, pods: dict[str, tuple[str, str]], containers: dict[str, tuple[str, str, str]]) -> Path:
+    """The kubelet's log layout: /var/log/pods/<ns>_<pod>_<uid>, /var/log/containers/<pod>_<ns>_<c>-<id>.log"""
+    for uid, (namespace, pod) in pods.items():
+        (root / "log" / "pods" / f"{namespace}_{pod}_{uid}").mkdir(parents=True)
+    (root / "log" / "containers").mkdir(parents=True, exist_ok=True)
+    for cid, (namespace, pod, container) in containers.items():
+        (root / "log" / "containers" / f"{pod}_{namespace}_{container}-{cid}.log").write_text("")
+    return root / "log"
 
 
 def stack_file(root: Path) -> Path:
@@ -66,12 +94,29 @@ def stack_file(root: Path) -> Path:
 
 
 def run(root: Path, gpus: list[FakeGpu], capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
-    args = ["--stack-file", str(stack_file(root)), "--node", "gpu-node-01", "--proc-root", str(root / "proc"), *extra]
+    args = [
+        "--stack-file",
+        str(stack_file(root)),
+        "--node",
+        "gpu-node-01",
+        "--proc-root",
+        str(root / "proc"),
+        "--log-root",
+        str(root / "log"),
+        "--pod-resources-socket",
+        str(root / "kubelet.sock"),
+        *extra,
+    ]
     status = audit.main(args, nvml=fake_nvml(gpus))
     return status, capsys.readouterr().out
 
 
-def test_pod_on_hidden_gpu_is_a_violation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+NO_SOCKET = "no kubelet PodResources socket at"
+
+
+def test_pod_on_hidden_gpu_is_a_violation_even_without_the_kubelet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     proc_tree(
         tmp_path,
         {
@@ -81,6 +126,7 @@ def test_pod_on_hidden_gpu_is_a_violation(tmp_path: Path, capsys: pytest.Capture
             400: HOST_CGROUPS["v1-host-service"],
         },
     )
+    log_tree(tmp_path, {POD: ("ml-team", "trainer")}, {CID: ("ml-team", "trainer", "main")})
     gpus = [
         FakeGpu(EXPOSED, compute=[(100, 2**30), (200, 2**20)]),
         FakeGpu(HIDDEN, compute=[(400, 5 * 2**30)], graphics=[(300, None)]),
@@ -88,31 +134,96 @@ def test_pod_on_hidden_gpu_is_a_violation(tmp_path: Path, capsys: pytest.Capture
     status, out = run(tmp_path, gpus, capsys, "--json")
     report = json.loads(out)
     assert status == 1
-    assert report["node"] == "gpu-node-01"
-    assert report["gpus"][0] == {
-        "uuid": EXPOSED,
-        "index": 0,
-        "exposed": True,
-        "processes": [
-            {"pid": 100, "usedGpuMemoryBytes": 2**30, "podUid": POD, "containerId": CID},
-            {"pid": 200, "usedGpuMemoryBytes": 2**20, "podUid": None, "containerId": None},
-        ],
+    assert report["podResources"].startswith(f"absent: {NO_SOCKET}")
+    assert report["gpus"][0]["processes"][0] == {
+        "pid": 100,
+        "usedGpuMemoryBytes": 2**30,
+        "podUid": POD,
+        "namespace": "ml-team",
+        "pod": "trainer",
+        "container": "main",
+        "containerId": CID,
     }
-    assert report["gpus"][1]["exposed"] is False
-    assert [v["pid"] for v in report["violations"]] == [300]
-    assert report["violations"][0]["podUid"] == POD and report["violations"][0]["uuid"] == HIDDEN
-    assert [(w["pid"], w["message"]) for w in report["warnings"]] == [
-        (200, "a process outside Kubernetes uses an exposed GPU")
+    assert [(v["pid"], v["namespace"], v["pod"], v["container"]) for v in report["violations"]] == [
+        (300, "ml-team", "trainer", "main")
+    ]
+    assert [w["message"] for w in report["warnings"]] == [
+        f"{NO_SOCKET} {tmp_path / 'kubelet.sock'}: allocations not checked (not a node, or a wrong path?)",
+        "a process outside Kubernetes uses an exposed GPU",
     ]
 
 
+def kubelet_node(tmp_path: Path) -> Kubelet:
+    """gpu-node-01 as the kubelet sees it: EXPOSED allocatable, allocated to ml-team/trainer."""
+    proc_tree(
+        tmp_path, {100: CGROUP_LAYOUTS["v2-systemd-containerd"], 200: f"0::/kubepods/pod{OTHER_POD}/{OTHER_CID}\n"}
+    )
+    log_tree(
+        tmp_path,
+        {POD: ("ml-team", "trainer"), OTHER_POD: ("ml-team", "notebook")},
+        {CID: ("ml-team", "trainer", "main"), OTHER_CID: ("ml-team", "notebook", "jupyter")},
+    )
+    return Kubelet(
+        allocatable={"nvidia.com/gpu": [EXPOSED]},
+        pods={
+            ("ml-team", "trainer"): {"main": {"nvidia.com/gpu": [EXPOSED]}},
+            ("ml-team", "notebook"): {"jupyter": {}},
+        },
+    )
+
+
+OTHER_POD = "1e2f3a4b-5c6d-4e7f-8a9b-0c1d2e3f4a5b"
+OTHER_CID = "a" * 64
+
+
 def test_clean_node_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    proc_tree(tmp_path, {100: CGROUP_LAYOUTS["v2-cgroupfs-crio"], 400: HOST_CGROUPS["v1-host-service"]})
-    gpus = [FakeGpu(EXPOSED, compute=[(100, 1)]), FakeGpu(HIDDEN, compute=[(400, 1)])]
-    status, out = run(tmp_path, gpus, capsys)
-    assert status == 0
-    assert f"pid 100: pod {POD} container {CID[:12]}" in out and "pid 400: host (not in a pod)" in out
+    kubelet = kubelet_node(tmp_path)
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        status, out = run(tmp_path, [FakeGpu(EXPOSED, compute=[(100, 1)]), FakeGpu(HIDDEN)], capsys)
+    assert status == 0, out
+    assert "pid 100: pod ml-team/trainer container main" in out
     assert out.strip().endswith("result: 0 violation(s), 0 warning(s)")
+    assert kubelet.calls == ["GetAllocatableResources", "List"]
+
+
+def test_a_hidden_uuid_among_allocatable_devices_is_a_violation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubelet = kubelet_node(tmp_path)
+    kubelet.allocatable["nvidia.com/gpu"].append(HIDDEN)
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        status, out = run(tmp_path, [FakeGpu(EXPOSED), FakeGpu(HIDDEN)], capsys)
+    assert status == 1
+    assert f"VIOLATION {HIDDEN}: the kubelet can allocate a hidden GPU" in out
+
+
+def test_a_missing_exposed_gpu_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubelet = kubelet_node(tmp_path)
+    kubelet.allocatable = {}
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        status, out = run(tmp_path, [FakeGpu(EXPOSED), FakeGpu(HIDDEN)], capsys)
+    assert status == 0
+    assert f"warning   {EXPOSED}: an exposed GPU is not allocatable (is the plugin running?)" in out
+
+
+def test_a_pod_on_a_gpu_allocated_to_another_pod_names_both(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubelet = kubelet_node(tmp_path)
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        status, out = run(tmp_path, [FakeGpu(EXPOSED, compute=[(100, 1), (200, 1)]), FakeGpu(HIDDEN)], capsys)
+    assert status == 1
+    assert (
+        "VIOLATION GPU 0 pid 200: a pod uses a GPU the kubelet did not allocate to it; the kubelet allocated it to "
+        "pod ml-team/trainer container main (pod ml-team/notebook container jupyter)"
+    ) in out
+
+
+def test_time_sliced_replicas_count_as_their_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubelet = kubelet_node(tmp_path)
+    kubelet.allocatable = {"nvidia.com/gpu": [f"{EXPOSED}::{n}" for n in range(4)]}
+    kubelet.pods[("ml-team", "trainer")] = {"main": {"nvidia.com/gpu": [f"{EXPOSED}::2"]}}
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        status, out = run(tmp_path, [FakeGpu(EXPOSED, compute=[(100, 1)]), FakeGpu(HIDDEN)], capsys)
+    assert status == 0, out
 
 
 def test_gpu_missing_from_the_stack_counts_as_hidden(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,25 +235,35 @@ def test_gpu_missing_from_the_stack_counts_as_hidden(tmp_path: Path, capsys: pyt
 
 def test_process_that_exits_mid_scan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     proc_tree(tmp_path, {})
-    (tmp_path / "proc").mkdir(exist_ok=True)
     status, out = run(tmp_path, [FakeGpu(EXPOSED), FakeGpu(HIDDEN, compute=[(4242, 1)])], capsys, "--json")
     report = json.loads(out)
     assert status == 0
     assert report["gpus"][1]["processes"] == []
-    assert report["warnings"][0]["pid"] == 4242 and report["warnings"][0]["message"] == "process exited during the scan"
+    assert report["warnings"][1]["pid"] == 4242 and report["warnings"][1]["message"] == "process exited during the scan"
 
 
-def test_unreadable_cgroup_is_a_warning_not_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unknown_owner_on_a_hidden_gpu_is_a_violation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proc_tree(tmp_path, {88: b"0::/kubepods/\xff\xfe\n"})
     (tmp_path / "proc" / "77" / "cgroup").mkdir(parents=True)  # reading it fails with an OSError
-    status, out = run(tmp_path, [FakeGpu(EXPOSED), FakeGpu(HIDDEN, compute=[(77, 1)])], capsys, "--json")
+    gpus = [FakeGpu(EXPOSED, compute=[(77, 1)]), FakeGpu(HIDDEN, compute=[(88, 1)])]
+    status, out = run(tmp_path, gpus, capsys, "--json")
     report = json.loads(out)
-    assert status == 0
-    assert report["gpus"][1]["processes"][0]["podUid"] is None
-    assert "cannot read its cgroup" in report["warnings"][0]["message"]
+    assert status == 1
+    assert [v["pid"] for v in report["violations"]] == [88]
+    assert "UnicodeDecodeError" in report["violations"][0]["message"]
+    assert any(w.get("pid") == 77 and "owner unknown on a exposed GPU" in w["message"] for w in report["warnings"])
+
+
+def test_a_proc_root_that_is_not_a_proc_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "proc").mkdir()
+    args = ["--stack-file", str(stack_file(tmp_path)), "--node", "gpu-node-01", "--proc-root", str(tmp_path / "proc")]
+    assert audit.main(args, nvml=fake_nvml([FakeGpu(EXPOSED)])) == 2
+    assert "not a proc tree" in capsys.readouterr().err
 
 
 def test_no_driver(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--stack-file", str(stack_file(tmp_path)), "--node", "gpu-node-01"]
+    proc_tree(tmp_path, {})
+    args = ["--stack-file", str(stack_file(tmp_path)), "--node", "gpu-node-01", "--proc-root", str(tmp_path / "proc")]
     assert audit.main(args, nvml=fake_nvml([], init_error="LibraryNotFound")) == 3
     assert "no NVIDIA driver here" in capsys.readouterr().err
 
@@ -165,3 +286,65 @@ def test_gpu_exposed_by_its_mig_devices_counts_as_exposed(tmp_path: Path, capsys
     assert audit.main(args, nvml=fake_nvml(gpus)) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["gpus"][0]["exposed"] is True and report["violations"] == []
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in lines if line.startswith("hidden_gpu_")}
+
+
+def wait_for(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_watch_publishes_the_violation_gauge_as_it_moves(tmp_path: Path, unused_port: int) -> None:
+    proc_tree(tmp_path, {100: CGROUP_LAYOUTS["v2-systemd-containerd"]})
+    hidden = FakeGpu(HIDDEN)
+    sources = audit.Sources(
+        fake_nvml([FakeGpu(EXPOSED), hidden]), tmp_path / "proc", tmp_path / "log", tmp_path / "none.sock"
+    )
+    roles = {EXPOSED: Role.EXPOSED, HIDDEN: Role.HIDDEN}
+    scans: list[int] = []
+
+    def scan() -> audit.Report:
+        report = audit.audit(sources, "gpu-node-01", roles)
+        scans.append(len(report.violations))
+        return report
+
+    textfile = tmp_path / "hidden_gpu.prom"
+    watcher = Watcher(scan, 0.05, unused_port, textfile, "127.0.0.1")
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,))
+    thread.start()
+    try:
+        wait_for(lambda: bool(scans) and scrape(unused_port).get("hidden_gpu_audit_scan_ok") == 1.0)
+        assert scrape(unused_port)["hidden_gpu_audit_violations"] == 0.0
+        hidden.compute = [(100, 1)]  # a pod's process appears on the hidden GPU
+        wait_for(lambda: scrape(unused_port)["hidden_gpu_audit_violations"] == 1.0)
+        assert scrape(unused_port)[f'hidden_gpu_audit_gpu_processes{{role="hidden",uuid="{HIDDEN}"}}'] == 1.0
+        hidden.compute = []
+        wait_for(lambda: scrape(unused_port)["hidden_gpu_audit_violations"] == 0.0)
+        assert scrape(unused_port)["hidden_gpu_audit_last_success_timestamp_seconds"] > 0
+        assert "hidden_gpu_audit_violations 0.0" in textfile.read_text()
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_a_scan_that_cannot_see_is_not_a_clean_scan(tmp_path: Path, unused_port: int) -> None:
+    def blind() -> audit.Report:
+        raise UnavailableError("no NVIDIA driver here")
+
+    watcher = Watcher(blind, 0.05, None, tmp_path / "m.prom", "127.0.0.1")
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,))
+    thread.start()
+    wait_for((tmp_path / "m.prom").exists)
+    stop.set()
+    thread.join()
+    text = (tmp_path / "m.prom").read_text()
+    assert "hidden_gpu_audit_scan_ok 0.0" in text and "hidden_gpu_audit_violations" not in text.split("scan_ok")[1]

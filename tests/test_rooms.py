@@ -116,3 +116,35 @@ def test_the_tree_says_where_code_runs() -> None:
     for room in ("offline", "cluster", "host", "common"):
         doc = importlib.import_module(room).__doc__
         assert doc, f"{room}/__init__.py must say where its code runs"
+
+
+@pytest.mark.subprocess
+def test_pod_resources_stubs_are_generated_from_our_proto(tmp_path: Path) -> None:
+    """The stubs are protoc's output for host/podresources/api.proto, never edited by hand (make protos)."""
+    proto = "host/podresources/api.proto"
+    command = [sys.executable, "-m", "grpc_tools.protoc", "-I", ".", f"--python_out={tmp_path}"]
+    command += [f"--grpc_python_out={tmp_path}", f"--pyi_out={tmp_path}", proto]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    for name in ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py"):
+        generated = (tmp_path / "host" / "podresources" / name).read_text()
+        assert generated == (ROOT / "host" / "podresources" / name).read_text(), f"{name} is stale: run make protos"
+
+
+def test_our_proto_states_the_kubelets_wire_format() -> None:
+    """Service, package and field numbers as kubernetes' podresources/v1/api.proto has them."""
+    from host.podresources import api_pb2  # noqa: PLC0415
+
+    service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert service.full_name == "v1.PodResourcesLister"
+    assert sorted(m.name for m in service.methods) == ["Get", "GetAllocatableResources", "List"]
+    numbers = {
+        "PodResources": {"name": 1, "namespace": 2, "containers": 3},
+        "ContainerResources": {"name": 1, "devices": 2},
+        "ContainerDevices": {"resource_name": 1, "device_ids": 2, "topology": 3},
+        "AllocatableResourcesResponse": {"devices": 1},
+        "ListPodResourcesResponse": {"pod_resources": 1},
+        "GetPodResourcesRequest": {"pod_name": 1, "pod_namespace": 2},
+    }
+    for message, fields in numbers.items():
+        descriptor = api_pb2.DESCRIPTOR.message_types_by_name[message]
+        assert {f.name: f.number for f in descriptor.fields} == fields

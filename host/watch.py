@@ -1,0 +1,69 @@
+"""`audit --watch`: scan on an interval and publish the result as Prometheus metrics.
+
+Over HTTP (--metrics-port) and/or as a node-exporter textfile (--textfile, written atomically by
+prometheus-client). Alert on `hidden_gpu_audit_violations > 0` and on a stale
+`hidden_gpu_audit_last_success_timestamp_seconds`: a scan that cannot see is not a clean scan.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, start_http_server, write_to_textfile
+
+from host.audit import Report, scan_forever
+
+
+class Watcher:
+    def __init__(
+        self,
+        scan: Callable[[], Report],
+        interval: float,
+        port: int | None,
+        textfile: Path | None,
+        address: str = "0.0.0.0",
+    ) -> None:
+        self.scan, self.interval, self.port, self.textfile, self.address = scan, interval, port, textfile, address
+        self.registry = CollectorRegistry()
+        self.violations = Gauge(
+            "hidden_gpu_audit_violations", "Violations found by the last scan", registry=self.registry
+        )
+        self.warnings = Gauge("hidden_gpu_audit_warnings", "Warnings found by the last scan", registry=self.registry)
+        self.processes = Gauge(
+            "hidden_gpu_audit_gpu_processes", "Processes on each GPU", ["uuid", "role"], registry=self.registry
+        )
+        self.scan_ok = Gauge("hidden_gpu_audit_scan_ok", "1 if the last scan could see, else 0", registry=self.registry)
+        self.last_success = Gauge(
+            "hidden_gpu_audit_last_success_timestamp_seconds", "When a scan last succeeded", registry=self.registry
+        )
+
+    def record(self, report: Report | None, error: str | None) -> None:
+        if report is None:
+            self.scan_ok.set(0)
+            print(f"error: scan failed: {error}", file=sys.stderr, flush=True)
+        else:
+            self.violations.set(len(report.violations))
+            self.warnings.set(len(report.warnings))
+            self.processes.clear()
+            for gpu in report.gpus:
+                self.processes.labels(gpu["uuid"], "exposed" if gpu["exposed"] else "hidden").set(len(gpu["processes"]))
+            self.scan_ok.set(1)
+            self.last_success.set(time.time())
+        if self.textfile is not None:
+            write_to_textfile(str(self.textfile), self.registry)
+
+    def run(self, stop: threading.Event) -> None:
+        if self.port is not None:
+            server, thread = start_http_server(self.port, addr=self.address, registry=self.registry)
+            try:
+                scan_forever(self.scan, self.interval, stop, self.record)
+            finally:
+                server.shutdown()
+                server.server_close()
+                thread.join()
+        else:
+            scan_forever(self.scan, self.interval, stop, self.record)
