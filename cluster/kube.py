@@ -4,18 +4,24 @@ unless the command line says otherwise, so a check never reads whatever cluster 
 from __future__ import annotations
 
 import argparse
+import json
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
+from urllib3.exceptions import HTTPError
 
-from common.cli import UsageError
+from common.cli import UnavailableError, UsageError, bounded
 
 # Seconds: connect, then read; a check that cannot see must say so, not hang.
 TIMEOUTS = (5.0, 30.0)
+# Items per LIST page: a 1,000-node fleet is one request per kind.
+PAGE = 1000
 
 
 def add_cluster_options(arguments: argparse.ArgumentParser) -> None:
@@ -39,3 +45,73 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
         raise UsageError(f"kubeconfig (context {context or 'current'}): {error}") from None
     configuration.retries = False  # the callers retry, with backoff and a deadline
     return client.ApiClient(configuration)
+
+
+@dataclass
+class Reader:
+    """GETs against the API server with timeouts, an overall deadline, and retries of 429 and 5xx
+    with backoff; an answer that is not the JSON object asked for is UnavailableError, never a crash."""
+
+    client: client.ApiClient
+    deadline: float
+    retries: int = 3
+    backoff: float = 0.2
+    requests: int = 0
+
+    def get(self, path: str, query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+        for attempt in range(self.retries + 1):
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise UnavailableError(f"the API server did not answer GET {path} before the deadline")
+            serialized = self.client.param_serialize(
+                method="GET", resource_path=path, query_params=query or [], auth_settings=["BearerToken"]
+            )
+            self.requests += 1
+            try:
+                response = self.client.call_api(
+                    *serialized, _request_timeout=(TIMEOUTS[0], min(TIMEOUTS[1], remaining))
+                )
+                data = response.read()  # type: ignore[no-untyped-call]
+            except HTTPError as error:
+                if attempt == self.retries:
+                    raise UnavailableError(f"cannot reach the API server: {bounded(str(error))}") from None
+                time.sleep(self.backoff * 2**attempt)
+                continue
+            if response.status == 429 or response.status >= 500:
+                if attempt == self.retries:
+                    raise UnavailableError(
+                        f"the API server answered {response.status} to GET {path}, {attempt + 1} times"
+                    )
+                time.sleep(self.backoff * 2**attempt)
+                continue
+            if response.status != 200:
+                raise UnavailableError(f"the API server answered {response.status} {response.reason} to GET {path}")
+            return _json_object(data, path)
+        raise AssertionError("unreachable")
+
+    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        """Every item of a collection, in pages of PAGE."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = [("limit", str(PAGE))] + ([("labelSelector", label_selector)] if label_selector else [])
+            page = self.get(path, query + ([("continue", token)] if token else []))
+            found = page.get("items")
+            if not isinstance(found, list) or not all(
+                isinstance(i, dict) and isinstance(i.get("metadata"), dict) for i in found
+            ):
+                raise UnavailableError(f"malformed answer to GET {path}: no list of objects")
+            items += found
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+
+def _json_object(data: bytes, path: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(data)
+    except (ValueError, RecursionError):
+        raise UnavailableError(f"malformed answer to GET {path}: not JSON") from None
+    if not isinstance(parsed, dict):
+        raise UnavailableError(f"malformed answer to GET {path}: not an object")
+    return parsed

@@ -1,50 +1,57 @@
-"""Does the cluster see only our GPUs? Checks every node of a stack against the live API.
+"""Does the cluster see only our GPUs? Checks a stack against the live API, by identity where it can.
 
-    python -m cluster.verify --stack prod [--context admin@prod] [--kubeconfig PATH]
+    python -m cluster.verify --stack prod [--context C] [--kubeconfig K] [--json] [--deadline 120]
 
-Per node: capacity and allocatable nvidia.com/gpu equal what the stack advertises (exposed GPUs
-times time-slicing replicas), the device-plugin label is `false`, no GPU Operator device plugin
-runs there, and the pinned plugin pod is Ready.
-Kubeconfig and context are found as kubectl finds them. Exit 1 on any mismatch, 2 on an invalid
-stack file or kubeconfig, 3 when the API server cannot be reached or refuses, 4 on an internal error.
+One LIST per kind for the whole stack (nodes, the pinned plugins, the operator's plugins,
+RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per node: capacity
+and allocatable equal what the stack advertises, the operator switches are set, no operator plugin
+runs there, and exactly one pinned plugin is Ready there whose NVIDIA_VISIBLE_DEVICES is the
+stack's exposed UUIDs, in order. Stack-wide: the RuntimeClasses, both admission policies (their
+rules), their bindings (the stack's mode) and the quotas exist as the program declares them.
+The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
+--kubeconfig say otherwise. Exit 1 on any mismatch, 2 on an invalid stack or kubeconfig, 3 when the
+API server cannot be reached, refuses, or answers something malformed, 4 on an internal error.
 """
 
 from __future__ import annotations
 
+import json
 import sys
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
-from urllib3.exceptions import HTTPError
-
-from common.cli import (
-    EXIT_FINDING,
-    EXIT_OK,
-    UnavailableError,
-    UsageError,
-    add_stack_source,
-    format_table,
-    parser,
-    run,
-    stack_file,
-)
+from cluster.kube import Reader, add_cluster_options, api_client
+from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file
 from common.names import (
-    DEVICE_PLUGIN_LABEL,
+    ENV_KEYS_POLICY_NAME,
+    GPU_QUOTA_KEY,
     GPU_RESOURCE,
+    HOSTNAME_LABEL,
     INSTANCE_LABEL,
+    NVIDIA_RUNTIME_HANDLER,
     OPERATOR_PLUGIN_SELECTOR,
     PART_OF,
     PART_OF_LABEL,
+    PLUGIN_NAME,
+    PLUGIN_NAME_LABEL,
+    POLICY_NAME,
+    QUOTA_NAME,
+    VISIBLE_DEVICES_ENV,
+    runtime_class_name,
 )
-from stack_config import NodeConfig, load_stack_file
+from components.access_guard import ENV_KEY_RULE, VALIDATION_ACTIONS, AccessGuardArgs, rules
+from components.hidden_gpu_node import operator_labels
+from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
+
+OURS = f"{PART_OF_LABEL}={PART_OF}"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 @dataclass(frozen=True)
 class Check:
-    node: str
+    scope: str
     what: str
     expected: str
     actual: str
@@ -54,69 +61,139 @@ class Check:
         return self.expected == self.actual
 
 
-def _ready(pod: Any) -> bool:
-    conditions = (pod.status.conditions or []) if pod.status else []
-    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+@dataclass(frozen=True)
+class Live:
+    """The cluster as one LIST per kind returned it."""
+
+    nodes: dict[str, dict[str, Any]]
+    pinned: list[dict[str, Any]]
+    operator_plugins: list[dict[str, Any]]
+    runtime_classes: dict[str, dict[str, Any]]
+    policies: dict[str, dict[str, Any]]
+    bindings: dict[str, dict[str, Any]]
+    quotas: dict[tuple[str, str], dict[str, Any]]
+
+    @classmethod
+    def read(cls, reader: Reader, plugin_namespace: str) -> Live:
+        def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+            return {i["metadata"].get("name", ""): i for i in items}
+
+        return cls(
+            nodes=by_name(reader.list("/api/v1/nodes")),
+            pinned=reader.list(
+                f"/api/v1/namespaces/{plugin_namespace}/pods", f"{OURS},{PLUGIN_NAME_LABEL}={PLUGIN_NAME}"
+            ),
+            operator_plugins=reader.list("/api/v1/pods", OPERATOR_PLUGIN_SELECTOR),
+            runtime_classes=by_name(reader.list("/apis/node.k8s.io/v1/runtimeclasses", OURS)),
+            policies=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicies", OURS)),
+            bindings=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicybindings", OURS)),
+            quotas={
+                (q["metadata"].get("namespace", ""), q["metadata"].get("name", "")): q
+                for q in reader.list("/api/v1/resourcequotas", OURS)
+            },
+        )
 
 
-def check_node(core: Any, node: NodeConfig, plugin_namespace: str) -> list[Check]:
-    try:
-        live = core.read_node(node.name)
-    except ApiException as error:
-        if error.status != 404:
-            raise
-        return [Check(node.name, "node exists", "yes", "no")]
-    # What the pinned plugin advertises: exposed GPUs times time-slicing replicas.
-    expected_count = str(node.advertised_gpus)
-    capacity = (live.status.capacity or {}).get(GPU_RESOURCE, "0")
-    allocatable = (live.status.allocatable or {}).get(GPU_RESOURCE, "0")
-    label = (live.metadata.labels or {}).get(DEVICE_PLUGIN_LABEL, "<unset>")
-    on_node = f"spec.nodeName={node.name}"
-    operator_pods = core.list_pod_for_all_namespaces(field_selector=on_node, label_selector=OPERATOR_PLUGIN_SELECTOR)
-    pinned_pods = core.list_namespaced_pod(
-        plugin_namespace,
-        field_selector=on_node,
-        label_selector=f"{PART_OF_LABEL}={PART_OF},{INSTANCE_LABEL}={node.name}",
-    )
-    ready = sum(1 for pod in pinned_pods.items if _ready(pod))
-    return [
-        Check(node.name, f"capacity {GPU_RESOURCE}", expected_count, capacity),
-        Check(node.name, f"allocatable {GPU_RESOURCE}", expected_count, allocatable),
-        Check(node.name, f"label {DEVICE_PLUGIN_LABEL}", "false", label),
-        Check(node.name, "GPU Operator device-plugin pods", "0", str(len(operator_pods.items))),
-        Check(node.name, "pinned plugin pods Ready", "1" if node.exposed_gpus else "0", str(ready)),
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _visible_devices(pod: dict[str, Any]) -> str:
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == VISIBLE_DEVICES_ENV:
+                return str(env.get("value", ""))
+    return "<unset>"
+
+
+def _on(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
+    return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
+
+
+def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
+    found = live.nodes.get(node.name)
+    if found is None:
+        yield Check(node.name, "node exists", "yes", "no")
+        return
+    resource = f"{GPU_RESOURCE}.shared" if node.time_slicing and node.time_slicing.rename_by_default else GPU_RESOURCE
+    status = found.get("status") or {}
+    for kind in ("capacity", "allocatable"):
+        yield Check(
+            node.name, f"{kind} {resource}", str(node.advertised_gpus), str((status.get(kind) or {}).get(resource, "0"))
+        )
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    for label, value in operator_labels(node).items():
+        yield Check(node.name, f"label {label}", value, labels.get(label, "<unset>"))
+    yield Check(node.name, "GPU Operator device-plugin pods", "0", str(len(_on(live.operator_plugins, node.name))))
+    mine = [
+        p for p in _on(live.pinned, node.name) if (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == node.name
     ]
+    ready = [p for p in mine if _ready(p)]
+    yield Check(node.name, "pinned plugin pods Ready", "1" if node.exposed_gpus else "0", str(len(ready)))
+    if node.exposed_gpus:
+        actual = ";".join(sorted({_visible_devices(p) for p in mine})) or "<no plugin pod>"
+        yield Check(node.name, f"plugin {VISIBLE_DEVICES_ENV}", ",".join(node.exposed_gpus), actual)
+
+
+def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
+    for node in stack.nodes:
+        if not node.exposed_gpus:
+            continue
+        name = runtime_class_name(node.name)
+        found = live.runtime_classes.get(name)
+        scheduling = ((found or {}).get("scheduling") or {}).get("nodeSelector") or {}
+        actual = f"{found.get('handler')} on {scheduling.get(HOSTNAME_LABEL)}" if found else "<missing>"
+        yield Check("cluster", f"RuntimeClass {name}", f"{NVIDIA_RUNTIME_HANDLER} on {node.name}", actual)
+    args = AccessGuardArgs.of(stack)
+    for policy_name, expected_rules in ((POLICY_NAME, rules(args)), (ENV_KEYS_POLICY_NAME, [ENV_KEY_RULE])):
+        policy = live.policies.get(policy_name)
+        expressions = [v.get("expression") for v in ((policy or {}).get("spec") or {}).get("validations") or []]
+        same = expressions == [r.expression for r in expected_rules]
+        actual = "as declared" if same else ("<missing>" if policy is None else "rules differ")
+        yield Check("cluster", f"ValidatingAdmissionPolicy {policy_name}", "as declared", actual)
+        binding = live.bindings.get(policy_name)
+        actions = ((binding or {}).get("spec") or {}).get("validationActions")
+        yield Check(
+            "cluster",
+            f"binding {policy_name} actions",
+            ",".join(VALIDATION_ACTIONS[args.mode]),
+            ",".join(actions) if actions else "<missing>",
+        )
+    for namespace, limit in sorted(stack.quotas.items()):
+        quota = live.quotas.get((namespace, QUOTA_NAME))
+        hard = ((quota or {}).get("spec") or {}).get("hard") or {}
+        actual = hard.get(GPU_QUOTA_KEY, "<missing>") if quota else "<missing>"
+        yield Check(namespace, f"ResourceQuota {GPU_QUOTA_KEY}", str(limit), str(actual))
 
 
 def table(checks: list[Check]) -> str:
-    rows = [("NODE", "CHECK", "EXPECTED", "ACTUAL", "")]
-    rows += [(c.node, c.what, c.expected, c.actual, "ok" if c.ok else "MISMATCH") for c in checks]
+    rows = [("SCOPE", "CHECK", "EXPECTED", "ACTUAL", "")]
+    rows += [(c.scope, c.what, c.expected, c.actual, "ok" if c.ok else "MISMATCH") for c in checks]
     return format_table(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parser("python -m cluster.verify", __doc__)
     add_stack_source(arguments)
-    arguments.add_argument("--kubeconfig", help="default: $KUBECONFIG or ~/.kube/config, as kubectl")
-    arguments.add_argument("--context", help="default: the kubeconfig's current context")
+    add_cluster_options(arguments)
+    arguments.add_argument("--json", action="store_true", help="print the checks as JSON")
+    arguments.add_argument("--deadline", type=float, default=120.0, help="seconds for the whole check (default 120)")
     args = arguments.parse_args(argv)
 
     def command() -> int:
-        stack = load_stack_file(stack_file(args))
-        try:
-            config.load_kube_config(config_file=args.kubeconfig, context=args.context)  # type: ignore[no-untyped-call]
-        except (ConfigException, OSError) as error:
-            raise UsageError(f"kubeconfig: {error}") from None
-        core = client.CoreV1Api()
-        try:
-            checks = [c for node in stack.nodes for c in check_node(core, node, stack.device_plugin.namespace)]
-        except ApiException as error:
-            raise UnavailableError(f"the API server answered {error.status} {error.reason}") from None
-        except HTTPError as error:
-            raise UnavailableError(f"cannot reach the API server: {error}") from None
-        print(table(checks))
+        config = read_stack_file(stack_file(args))
+        stack = parse_project_config(config)
+        reader = Reader(api_client(args, config), deadline=time.monotonic() + args.deadline)
+        live = Live.read(reader, stack.device_plugin.namespace)
+        checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         failed = [c for c in checks if not c.ok]
-        print(f"result: {len(failed)} mismatch(es) in {len(checks)} checks")
+        if args.json:
+            payload = {"checks": [asdict(c) | {"ok": c.ok} for c in checks], "mismatches": len(failed)}
+            print(json.dumps(payload | {"requests": reader.requests}, indent=2))
+        else:
+            print(table(checks))
+            print(f"result: {len(failed)} mismatch(es) in {len(checks)} checks, {reader.requests} API requests")
         return EXIT_FINDING if failed else EXIT_OK
 
     return run(command, args.debug)

@@ -9,7 +9,7 @@ import pytest
 from cluster import release
 from common.cli import EXIT_OK, EXIT_USAGE
 from common.names import DEVICE_PLUGIN_LABEL, OPERAND_LABELS
-from tests.support.fake_apiserver import node, serve
+from tests.support.fake_apiserver import Cluster, node, serve
 from tests.support.stacks import valid_config, write_stack
 
 GFD = OPERAND_LABELS["gpu_feature_discovery"]
@@ -18,12 +18,13 @@ RETIRED = {DEVICE_PLUGIN_LABEL: "false", GFD: "false", DCGM: "true", "team": "ml
 
 
 def give_back(tmp_path: Path, node_name: str, *extra: str) -> tuple[int, dict[str, str], list[tuple[str, str, str]]]:
-    nodes = [node("gpu-node-09", 8, dict(RETIRED)), node("gpu-node-01", 1, {DEVICE_PLUGIN_LABEL: "false"})]
-    requests: list[tuple[str, str, str]] = []
-    with serve(tmp_path, nodes, [], requests) as kubeconfig:
+    cluster = Cluster(
+        nodes=[node("gpu-node-09", 8, dict(RETIRED)), node("gpu-node-01", 1, {DEVICE_PLUGIN_LABEL: "false"})]
+    )
+    with serve(tmp_path, cluster) as kubeconfig:
         args = ["--stack-file", str(write_stack(tmp_path, valid_config())), "--node", node_name]
         status = release.main([*args, "--kubeconfig", str(kubeconfig), "--context", "admin@test", *extra])
-    return status, nodes[0]["metadata"]["labels"], requests
+    return status, cluster.nodes[0]["metadata"]["labels"], cluster.requests
 
 
 def test_without_yes_nothing_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,121 +1,215 @@
-"""cluster.verify through the real kubernetes client against an API server on loopback."""
+"""cluster.verify through the real kubernetes client against an API server on loopback, whose
+RuntimeClasses, policies, bindings and quotas are the ones the program renders for the stack."""
 
 from __future__ import annotations
 
-import socket
+import copy
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from cluster import verify
-from common.names import DEFAULT_PLUGIN_NAMESPACE
-from stack_config import load_stack_file
-from tests.support.fake_apiserver import kubeconfig_for, node, pod, serve
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, Token
+from offline.bench import synthetic_stack
+from offline.program import run_program
+from stack_config import read_stack_file
+from tests.support.fake_apiserver import Cluster, node, pod, serve
+from tests.support.stacks import write_stack
 
 PROD = Path(__file__).resolve().parent.parent / "stacks" / "Pulumi.prod.yaml"
-OFF = {"nvidia.com/gpu.deploy.device-plugin": "false"}
-PINNED = {"app.kubernetes.io/part-of": "hidden-gpu", "app.kubernetes.io/instance": "gpu-node-01"}
+OFF = {
+    "nvidia.com/gpu.deploy.device-plugin": "false",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery": "false",
+    "nvidia.com/gpu.deploy.mig-manager": "false",
+}
 OPERATOR = {"app": "nvidia-device-plugin-daemonset"}
+RENDERED_KINDS = {
+    Token.RUNTIME_CLASS: "runtime_classes",
+    Token.ADMISSION_POLICY: "policies",
+    Token.ADMISSION_BINDING: "bindings",
+    Token.RESOURCE_QUOTA: "quotas",
+}
 
 
-def healthy() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """prod as it should look: gpu-node-01 offers its 2 exposed GPUs, gpu-node-02 none."""
-    nodes = [node("gpu-node-01", 2, OFF), node("gpu-node-02", None, OFF), node("cpu-node-01", None, {})]
-    pods = [
-        pod("nvidia-device-plugin-gpu-node-01-x7k2p", DEFAULT_PLUGIN_NAMESPACE, "gpu-node-01", PINNED),
-        pod("nvidia-device-plugin-daemonset-abcde", "gpu-operator", "gpu-node-03", OPERATOR),
-    ]
-    return nodes, pods
+def healthy(config: dict[str, Any]) -> Cluster:
+    """The cluster as `pulumi up` of this config leaves it: rendered objects, labelled nodes, Ready plugins."""
+    cluster = Cluster()
+    run = run_program(config, "test")
+    for resource in run.kubernetes_objects:
+        if resource.type in RENDERED_KINDS:
+            getattr(cluster, RENDERED_KINDS[resource.type]).append(copy.deepcopy(resource.inputs))
+    for entry in config[f"{PROJECT}:nodes"]:
+        exposed = entry["exposedGpus"]
+        cluster.nodes.append(node(entry["name"], len(exposed) or None, OFF))
+        if exposed:
+            labels = {"app.kubernetes.io/part-of": "hidden-gpu", "app.kubernetes.io/name": "nvidia-device-plugin"}
+            labels["app.kubernetes.io/instance"] = entry["name"]
+            env = {"NVIDIA_VISIBLE_DEVICES": ",".join(exposed)}
+            cluster.pods.append(
+                pod(f"plugin-{entry['name']}", DEFAULT_PLUGIN_NAMESPACE, entry["name"], labels, env=env)
+            )
+    cluster.nodes.append(node("cpu-node-01", None, {}))
+    cluster.pods.append(pod("nvidia-device-plugin-daemonset-abcde", "gpu-operator", "gpu-node-03", OPERATOR))
+    return cluster
 
 
-def run(
-    tmp_path: Path, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
-) -> tuple[int, str]:
-    with serve(tmp_path, nodes, pods) as kubeconfig:
-        status = verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "admin@test"])
-    return status, capsys.readouterr().out
+PROD_CONFIG = read_stack_file(PROD)
 
 
-def test_prod_fixture_matches_the_stack() -> None:
-    stack = load_stack_file(PROD)
-    assert [(n.name, len(n.exposed_gpus)) for n in stack.nodes] == [("gpu-node-01", 2), ("gpu-node-02", 0)]
+def run(tmp_path: Path, cluster: Cluster, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    with serve(tmp_path, cluster) as kubeconfig:
+        status = verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "admin@test", *extra])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def mismatches(out: str) -> list[list[str]]:
+    return [line.split() for line in out.splitlines() if line.endswith("MISMATCH")]
 
 
 def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, out = run(tmp_path, *healthy(), capsys)
-    assert status == 0, out
+    status, out, _ = run(tmp_path, healthy(PROD_CONFIG), capsys)
+    assert status == EXIT_OK, out
     assert "MISMATCH" not in out
-    assert out.strip().endswith("result: 0 mismatch(es) in 10 checks")
+    assert [
+        "cluster",
+        "ValidatingAdmissionPolicy",
+        "hidden-gpu-access-guard",
+        "as",
+        "declared",
+        "as",
+        "declared",
+        "ok",
+    ] in [line.split() for line in out.splitlines()]
+    assert out.strip().endswith("result: 0 mismatch(es) in 22 checks, 7 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    nodes, pods = healthy()
-    nodes[0] = node("gpu-node-01", 8, {"nvidia.com/gpu.deploy.device-plugin": "true"})
-    pods.append(pod("nvidia-device-plugin-daemonset-zzzzz", "gpu-operator", "gpu-node-01", OPERATOR))
-    status, out = run(tmp_path, nodes, pods, capsys)
-    assert status == 1
-    mismatches = [line.split() for line in out.splitlines() if line.endswith("MISMATCH")]
-    assert ["gpu-node-01", "capacity", "nvidia.com/gpu", "2", "8", "MISMATCH"] in mismatches
-    assert ["gpu-node-01", "allocatable", "nvidia.com/gpu", "2", "8", "MISMATCH"] in mismatches
-    assert ["gpu-node-01", "label", "nvidia.com/gpu.deploy.device-plugin", "false", "true", "MISMATCH"] in mismatches
-    assert ["gpu-node-01", "GPU", "Operator", "device-plugin", "pods", "0", "1", "MISMATCH"] in mismatches
-    assert out.strip().endswith("result: 4 mismatch(es) in 10 checks")
+    cluster = healthy(PROD_CONFIG)
+    cluster.nodes[0] = node("gpu-node-01", 8, {"nvidia.com/gpu.deploy.device-plugin": "true"})
+    cluster.pods.append(pod("nvidia-device-plugin-daemonset-zzzzz", "gpu-operator", "gpu-node-01", OPERATOR))
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    assert ["gpu-node-01", "capacity", "nvidia.com/gpu", "2", "8", "MISMATCH"] in mismatches(out)
+    assert ["gpu-node-01", "GPU", "Operator", "device-plugin", "pods", "0", "1", "MISMATCH"] in mismatches(out)
 
 
-def test_pinned_plugin_not_ready_and_hidden_node_advertising(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    nodes, pods = healthy()
-    pods[0] = pod(
-        "nvidia-device-plugin-gpu-node-01-x7k2p", DEFAULT_PLUGIN_NAMESPACE, "gpu-node-01", PINNED, ready=False
-    )
-    nodes[1] = node("gpu-node-02", 8, OFF)
-    status, out = run(tmp_path, nodes, pods, capsys)
-    assert status == 1
-    assert any(
-        line.split()[:6] == ["gpu-node-01", "pinned", "plugin", "pods", "Ready", "1"] and line.endswith("MISMATCH")
-        for line in out.splitlines()
-    )
-    assert any(
-        line.split() == ["gpu-node-02", "allocatable", "nvidia.com/gpu", "0", "8", "MISMATCH"]
-        for line in out.splitlines()
-    )
+def test_the_right_count_of_the_wrong_gpus_is_a_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Identity, not count: two GPUs advertised, but the plugin was given a hidden one."""
+    cluster = healthy(PROD_CONFIG)
+    hidden = PROD_CONFIG[f"{PROJECT}:nodes"][0]["hiddenGpus"][0]
+    exposed = PROD_CONFIG[f"{PROJECT}:nodes"][0]["exposedGpus"]
+    cluster.pods[0]["spec"]["containers"][0]["env"] = [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": f"{exposed[0]},{hidden}"}
+    ]
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    assert [row[:5] for row in mismatches(out)] == [
+        ["gpu-node-01", "plugin", "NVIDIA_VISIBLE_DEVICES", ",".join(exposed), f"{exposed[0]},{hidden}"]
+    ]
 
 
-def test_node_missing_from_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    nodes, pods = healthy()
-    status, out = run(tmp_path, [n for n in nodes if n["metadata"]["name"] != "gpu-node-02"], pods, capsys)
-    assert status == 1
-    assert ["gpu-node-02", "node", "exists", "yes", "no", "MISMATCH"] in [line.split() for line in out.splitlines()]
+def test_guard_objects_must_exist_as_declared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = healthy(PROD_CONFIG)
+    binding = next(b for b in cluster.bindings if b["metadata"]["name"] == "hidden-gpu-access-guard")
+    binding["spec"]["validationActions"] = ["Warn", "Audit"]  # someone relaxed prod
+    policy = next(p for p in cluster.policies if p["metadata"]["name"] == "hidden-gpu-access-guard")
+    policy["spec"]["validations"].pop()  # and dropped a rule
+    cluster.runtime_classes.clear()
+    cluster.quotas.pop()
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    found = {" ".join(row[1:3]) for row in mismatches(out)}
+    assert "binding hidden-gpu-access-guard" in found
+    assert "ValidatingAdmissionPolicy hidden-gpu-access-guard" in found
+    assert "RuntimeClass hidden-gpu-gpu-node-01" in found
+    assert any(row[0] in ("ml-training", "ml-inference") for row in mismatches(out))
 
 
-def test_unreachable_api_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = run(tmp_path, healthy(PROD_CONFIG), capsys, "--json")
+    report = json.loads(out)
+    assert status == EXIT_OK and report["mismatches"] == 0 and report["requests"] == 7
+    assert all(c["ok"] for c in report["checks"])
+
+
+def test_a_thousand_nodes_take_a_handful_of_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = {"kubernetes:context": "admin@test", **synthetic_stack(1000)}
+    cluster = healthy(config)
+    stack = write_stack(tmp_path, config, "fleet")
+    with serve(tmp_path, cluster) as kubeconfig:
+        start = time.perf_counter()
+        status = verify.main(["--stack-file", str(stack), "--kubeconfig", str(kubeconfig)])
+        seconds = time.perf_counter() - start
+    out = capsys.readouterr().out
+    assert status == EXIT_OK, out[-2000:]
+    assert len(cluster.requests) <= 10, cluster.requests
+    assert out.strip().endswith("API requests") and seconds < 30
+
+
+def test_throttling_and_server_errors_are_retried(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = healthy(PROD_CONFIG)
+    cluster.faults = [429, 503]
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_OK, out
+    assert len(cluster.requests) == 9
+
+
+def test_a_server_that_keeps_failing_is_unavailable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = healthy(PROD_CONFIG)
+    cluster.faults = [500] * 4
+    status, out, err = run(tmp_path, cluster, capsys)
+    assert (status, out) == (EXIT_UNAVAILABLE, "")
+    assert err == "error: the API server answered 500 to GET /api/v1/nodes, 4 times\n"
+
+
+def test_a_malformed_answer_is_one_line_and_status_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = healthy(PROD_CONFIG)
+    cluster.faults = ["malformed"]
+    status, _, err = run(tmp_path, cluster, capsys)
+    assert status == EXIT_UNAVAILABLE
+    assert err == "error: malformed answer to GET /api/v1/nodes: not JSON\n"
+
+
+def test_an_unreachable_server(tmp_path: Path, capsys: pytest.CaptureFixture[str], unused_port: int) -> None:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(kubeconfig_for(f"http://127.0.0.1:{port}"))
-    assert verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig)]) == 3
-    assert capsys.readouterr().err.startswith("error: cannot reach the API server")
-
-
-def test_unknown_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(kubeconfig_for("http://127.0.0.1:1"))
-    assert verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "nope"]) == 2
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{unused_port}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "admin@test", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
+    status = verify.main(
+        ["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "admin@test", "--deadline", "5"]
+    )
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and "nope" in err and err.count("\n") == 1
+    assert status == EXIT_UNAVAILABLE and err.startswith("error: cannot reach the API server") and err.count("\n") == 1
 
 
-def test_time_sliced_node_expects_exposed_times_replicas(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stack = yaml.safe_load(PROD.read_text())
-    stack["config"]["hidden-gpu:nodes"][0]["timeSlicing"] = {"replicas": 4}
-    stack_file = tmp_path / "Pulumi.sliced.yaml"
-    stack_file.write_text(yaml.safe_dump(stack))
-    nodes, pods = healthy()
-    nodes[0] = node("gpu-node-01", 8, OFF)  # 2 exposed GPUs, each advertised 4 times
-    with serve(tmp_path, nodes, pods) as kubeconfig:
-        assert verify.main(["--stack-file", str(stack_file), "--kubeconfig", str(kubeconfig)]) == 0
-    assert "MISMATCH" not in capsys.readouterr().out
+def test_the_stacks_own_cluster_is_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not whatever context is current: the stack's kubernetes:kubeconfig and kubernetes:context."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "someone-elses-kubeconfig"))
+    cluster = healthy(PROD_CONFIG)
+    with serve(tmp_path, cluster) as kubeconfig:
+        config = {**PROD_CONFIG, "kubernetes:context": "admin@test", "kubernetes:kubeconfig": str(kubeconfig)}
+        status = verify.main(["--stack-file", str(write_stack(tmp_path, config, "own"))])
+    assert status == EXIT_OK, capsys.readouterr()
+    assert cluster.requests
+
+
+def test_a_context_the_kubeconfig_lacks_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with serve(tmp_path, healthy(PROD_CONFIG)) as kubeconfig:
+        status = verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig)])  # the stack says admin@prod
+    assert status == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("error: kubeconfig (context admin@prod):")

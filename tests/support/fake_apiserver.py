@@ -1,8 +1,10 @@
 """A Kubernetes API server on loopback that answers from a fixed set of objects.
 
-Only what tools.verify reads: GET a node, and list pods (all namespaces or one) filtered by
-`spec.nodeName=` field selectors and `k=v,...` label selectors. Responses have the API's shape,
-so the real kubernetes client deserialises them as it would a cluster's.
+GET of collections (nodes, pods in a namespace or all, runtimeclasses, admission policies and
+bindings, resource quotas) with label selectors (`k=v,...`), `spec.nodeName=` field selectors and
+limit/continue paging; GET and merge-PATCH of one node. Responses have the API's shape, so the real
+kubernetes client reads them as it would a cluster's. Every request is logged; `faults` makes the
+next requests answer with a status (429, 500) or malformed JSON.
 """
 
 from __future__ import annotations
@@ -11,10 +13,35 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+ADMISSION = "apis/admissionregistration.k8s.io/v1"
+COLLECTIONS = {
+    "api/v1/nodes": "nodes",
+    "api/v1/pods": "pods",
+    "api/v1/resourcequotas": "quotas",
+    "apis/node.k8s.io/v1/runtimeclasses": "runtime_classes",
+    f"{ADMISSION}/validatingadmissionpolicies": "policies",
+    f"{ADMISSION}/validatingadmissionpolicybindings": "bindings",
+}
+
+
+@dataclass
+class Cluster:
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    quotas: list[dict[str, Any]] = field(default_factory=list)
+    runtime_classes: list[dict[str, Any]] = field(default_factory=list)
+    policies: list[dict[str, Any]] = field(default_factory=list)
+    bindings: list[dict[str, Any]] = field(default_factory=list)
+    # (method, path with query, content type) of every request.
+    requests: list[tuple[str, str, str]] = field(default_factory=list)
+    # Answers for the next requests, in order: a status code, or "malformed".
+    faults: list[int | str] = field(default_factory=list)
 
 
 def node(name: str, gpus: int | None, labels: dict[str, str]) -> dict[str, Any]:
@@ -27,33 +54,99 @@ def node(name: str, gpus: int | None, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def pod(name: str, namespace: str, node_name: str, labels: dict[str, str], ready: bool = True) -> dict[str, Any]:
+def pod(
+    name: str,
+    namespace: str,
+    node_name: str,
+    labels: dict[str, str],
+    *,
+    ready: bool = True,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "nodeName": node_name,
-            "containers": [{"name": "c", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"}],
-        },
+        "spec": {"nodeName": node_name, "containers": [container]},
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
     }
 
 
+def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
+    field_selector = query.get("fieldSelector", "")
+    if field_selector and obj.get("spec", {}).get("nodeName") != field_selector.removeprefix("spec.nodeName="):
+        return False
+    wanted = dict(term.split("=", 1) for term in query.get("labelSelector", "").split(",") if term)
+    labels = obj["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
 class _Handler(BaseHTTPRequestHandler):
-    nodes: dict[str, dict[str, Any]]
-    pods: list[dict[str, Any]]
-    # (method, path, content type) of every request, for tests that count or inspect them.
-    requests: list[tuple[str, str, str]]
+    cluster: Cluster
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def _fault(self) -> bool:
+        if not self.cluster.faults:
+            return False
+        fault = self.cluster.faults.pop(0)
+        if fault == "malformed":
+            data = b'{"kind": "NodeList", "items": [{"metadata": '
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        else:
+            self._send(int(fault), {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": fault})
+        return True
+
+    def do_GET(self) -> None:
+        self.cluster.requests.append(("GET", self.path, ""))
+        if self._fault():
+            return
+        url = urlparse(self.path)
+        path = url.path.strip("/")
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        parts = path.split("/")
+        namespace = None
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5:
+            namespace, path = parts[3], f"api/v1/{parts[4]}"
+        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
+            found = next((n for n in self.cluster.nodes if n["metadata"]["name"] == parts[3]), None)
+            if found is None:
+                return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
+            return self._send(200, found)
+        if path not in COLLECTIONS:
+            return self._send(404, {"kind": "Status", "apiVersion": "v1", "code": 404})
+        items = [
+            o
+            for o in getattr(self.cluster, COLLECTIONS[path])
+            if (namespace is None or o["metadata"].get("namespace") == namespace) and _selected(o, query)
+        ]
+        start = int(query.get("continue") or 0)
+        limit = int(query.get("limit") or len(items) or 1)
+        page = items[start : start + limit]
+        more = start + limit < len(items)
+        metadata = {"resourceVersion": "7"} | ({"continue": str(start + limit)} if more else {})
+        return self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": metadata, "items": page})
+
     def do_PATCH(self) -> None:
-        self.requests.append(("PATCH", self.path, self.headers.get("Content-Type", "")))
+        self.cluster.requests.append(("PATCH", self.path, self.headers.get("Content-Type", "")))
         parts = urlparse(self.path).path.strip("/").split("/")
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        found = self.nodes.get(parts[3]) if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4 else None
+        found = next(
+            (
+                n
+                for n in self.cluster.nodes
+                if parts[:3] == ["api", "v1", "nodes"] and n["metadata"]["name"] == parts[-1]
+            ),
+            None,
+        )
         if found is None:
             return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
         if self.headers.get("Content-Type") != "application/merge-patch+json":
@@ -70,34 +163,6 @@ class _Handler(BaseHTTPRequestHandler):
         found["metadata"]["resourceVersion"] = str(int(found["metadata"].get("resourceVersion", "1")) + 1)
         return self._send(200, found)
 
-    def do_GET(self) -> None:
-        self.requests.append(("GET", self.path, ""))
-        url = urlparse(self.path)
-        parts = url.path.strip("/").split("/")
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
-        if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
-            found = self.nodes.get(parts[3])
-            if found is None:
-                return self._send(
-                    404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
-                )
-            return self._send(200, found)
-        if parts[-1] == "pods":
-            namespace = parts[3] if parts[2] == "namespaces" else None
-            items = [p for p in self.pods if self._matches(p, namespace, query)]
-            return self._send(200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items})
-        return self._send(404, {"kind": "Status", "code": 404})
-
-    @staticmethod
-    def _matches(pod: dict[str, Any], namespace: str | None, query: dict[str, str]) -> bool:
-        if namespace and pod["metadata"]["namespace"] != namespace:
-            return False
-        field = query.get("fieldSelector", "")
-        if field and pod["spec"]["nodeName"] != field.removeprefix("spec.nodeName="):
-            return False
-        wanted = dict(term.split("=", 1) for term in query.get("labelSelector", "").split(",") if term)
-        return all(pod["metadata"]["labels"].get(k) == v for k, v in wanted.items())
-
     def _send(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -108,23 +173,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def serve(
-    tmp_path: Path,
-    nodes: list[dict[str, Any]],
-    pods: list[dict[str, Any]],
-    requests: list[tuple[str, str, str]] | None = None,
-) -> Iterator[Path]:
-    """Serve the objects on 127.0.0.1 and yield a kubeconfig that points at them. Nodes are served
-    (and patched) in place; `requests` collects every request made."""
-    handler = type(
-        "Handler",
-        (_Handler,),
-        {
-            "nodes": {n["metadata"]["name"]: n for n in nodes},
-            "pods": pods,
-            "requests": [] if requests is None else requests,
-        },
-    )
+def serve(tmp_path: Path, cluster: Cluster) -> Iterator[Path]:
+    """Serve the cluster on 127.0.0.1 and yield a kubeconfig (context admin@test) that points at it."""
+    handler = type("Handler", (_Handler,), {"cluster": cluster})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
