@@ -13,6 +13,7 @@ Needs a GPU, nvidia-smi, nvidia-ml-py; PyTorch for the CUDA process; PyYAML and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -132,15 +133,74 @@ def audit_real_process(workdir: Path) -> dict[str, Any]:
                 "warnings": report.get("warnings"),
                 "stderr": audit.stderr.strip(),
             }
+        results["real-pod-cgroup"] = audit_in_a_real_pod_cgroup(workdir, holder.pid, uuids[0])
         return results
     finally:
         holder.kill()
         holder.wait()
 
 
+def audit_in_a_real_pod_cgroup(workdir: Path, pid: int, gpu0: str) -> dict[str, Any]:
+    """The real CUDA process moved into a pod-shaped cgroup v2 (as the kubelet's systemd driver names
+    it), the kubelet's log layout beside it, and a PodResources server on a real unix socket (the
+    tests' fake kubelet: there is none here): GPU 0 exposed and allocated to the process's own pod,
+    then to another pod. The audit reads the real /proc."""
+    from tests.support.fake_kubelet import Kubelet, serve  # noqa: PLC0415 - only on the GPU host check
+
+    cgroup_root = Path("/sys/fs/cgroup")
+    pod = POD_UID.replace("-", "_")
+    scope = cgroup_root / "kubepods.slice" / f"kubepods-pod{pod}.slice" / f"cri-containerd-{CONTAINER_ID}.scope"
+    try:
+        scope.mkdir(parents=True)
+        (scope / "cgroup.procs").write_text(str(pid))
+    except OSError as error:
+        return {"skipped": f"cgroup v2 not writable here: {error}"}
+    logs = workdir / "log"
+    (logs / "pods" / f"ml-team_trainer_{POD_UID}").mkdir(parents=True)
+    (logs / "containers").mkdir(parents=True)
+    (logs / "containers" / f"trainer_ml-team_main-{CONTAINER_ID}.log").write_text("")
+    stack = workdir / "Pulumi.real-pod.yaml"
+    entry = sh(PY, "-m", "host.discover", "--expose", "0", "--node", "gpu-host-check").stdout
+    stack.write_text("config:\n  hidden-gpu:nodes:\n" + "\n".join("    " + line for line in entry.splitlines()) + "\n")
+    results: dict[str, Any] = {"cgroup": (Path("/proc") / str(pid) / "cgroup").read_text().strip()}
+    try:
+        for label, holder_pod in (("allocated-to-its-pod", "trainer"), ("allocated-to-another-pod", "notebook")):
+            kubelet = Kubelet(
+                allocatable={"nvidia.com/gpu": [gpu0]},
+                pods={("ml-team", holder_pod): {"main": {"nvidia.com/gpu": [gpu0]}}},
+            )
+            with serve(workdir / "kubelet.sock", kubelet):
+                audit = sh(
+                    PY,
+                    "-m",
+                    "host.audit",
+                    "--stack-file",
+                    str(stack),
+                    "--node",
+                    "gpu-host-check",
+                    "--log-root",
+                    str(logs),
+                    "--pod-resources-socket",
+                    str(workdir / "kubelet.sock"),
+                    check=False,
+                )
+            results[label] = {
+                "auditExit": audit.returncode,
+                "report": audit.stdout.strip().splitlines(),
+                "calls": kubelet.calls,
+            }
+    finally:
+        (cgroup_root / "cgroup.procs").write_text(str(pid))
+        for path in (scope, scope.parent, scope.parent.parent):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+    return results
+
+
 def fake_pod_proc(workdir: Path, pid: int) -> Path:
     """A /proc where the real CUDA process's cgroup reads as a Kubernetes pod's (cgroup v2, systemd)."""
     root = workdir / "proc"
+    (root / "self").mkdir(parents=True, exist_ok=True)  # what makes it a proc tree to the audit
     (root / str(pid)).mkdir(parents=True, exist_ok=True)
     pod = POD_UID.replace("-", "_")
     (root / str(pid) / "cgroup").write_text(
