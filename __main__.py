@@ -6,6 +6,8 @@ import pulumi_kubernetes as k8s
 from components import (
     AccessGuard,
     AccessGuardArgs,
+    GpuPool,
+    GpuPoolArgs,
     GpuQuotas,
     GpuQuotasArgs,
     HiddenGpuNode,
@@ -40,8 +42,13 @@ plugin = stack.device_plugin
 namespace = PluginNamespace(
     "device-plugin", PluginNamespaceArgs(plugin.namespace, plugin.create_namespace), with_provider
 )
+pools = {
+    pool: GpuPool(f"pool-{pool}", GpuPoolArgs(pool), with_provider).runtime_class.metadata.name
+    for pool in sorted({node.pool for node in stack.nodes if node.pool and node.exposed_gpus})
+}
 nodes = [
-    HiddenGpuNode(node.name, HiddenGpuNodeArgs(node, plugin, namespace.name), with_provider) for node in stack.nodes
+    HiddenGpuNode(node.name, HiddenGpuNodeArgs(node, plugin, namespace.name, pools.get(node.pool or "")), with_provider)
+    for node in stack.nodes
 ]
 GpuQuotas("gpu-quotas", GpuQuotasArgs(stack.quotas), with_provider)
 AccessGuard("access-guard", AccessGuardArgs.of(stack), with_provider)

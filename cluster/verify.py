@@ -28,8 +28,8 @@ from common.names import (
     ENV_KEYS_POLICY_NAME,
     GPU_QUOTA_KEY,
     GPU_RESOURCE,
-    HOSTNAME_LABEL,
     INSTANCE_LABEL,
+    NODE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
     OPERATOR_PLUGIN_SELECTOR,
     PART_OF,
@@ -37,12 +37,14 @@ from common.names import (
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
     POLICY_NAME,
+    POOL_LABEL,
     QUOTA_NAME,
     VISIBLE_DEVICES_ENV,
+    pool_class_name,
     runtime_class_name,
 )
 from components.access_guard import ENV_KEY_RULE, VALIDATION_ACTIONS, AccessGuardArgs, rules
-from components.hidden_gpu_node import operator_labels
+from components.hidden_gpu_node import node_labels
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
@@ -123,7 +125,7 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
             node.name, f"{kind} {resource}", str(node.advertised_gpus), str((status.get(kind) or {}).get(resource, "0"))
         )
     labels = (found.get("metadata") or {}).get("labels") or {}
-    for label, value in operator_labels(node).items():
+    for label, value in node_labels(node).items():
         yield Check(node.name, f"label {label}", value, labels.get(label, "<unset>"))
     yield Check(node.name, "GPU Operator device-plugin pods", "0", str(len(_on(live.operator_plugins, node.name))))
     mine = [
@@ -137,14 +139,16 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
 
 
 def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
-    for node in stack.nodes:
-        if not node.exposed_gpus:
-            continue
-        name = runtime_class_name(node.name)
+    expected = {
+        (pool_class_name(n.pool), POOL_LABEL, n.pool) if n.pool else (runtime_class_name(n.name), NODE_LABEL, n.name)
+        for n in stack.nodes
+        if n.exposed_gpus
+    }
+    for name, label, value in sorted(expected):
         found = live.runtime_classes.get(name)
-        scheduling = ((found or {}).get("scheduling") or {}).get("nodeSelector") or {}
-        actual = f"{found.get('handler')} on {scheduling.get(HOSTNAME_LABEL)}" if found else "<missing>"
-        yield Check("cluster", f"RuntimeClass {name}", f"{NVIDIA_RUNTIME_HANDLER} on {node.name}", actual)
+        selector = ((found or {}).get("scheduling") or {}).get("nodeSelector") or {}
+        actual = f"{found.get('handler')} on {label}={selector.get(label)}" if found else "<missing>"
+        yield Check("cluster", f"RuntimeClass {name}", f"{NVIDIA_RUNTIME_HANDLER} on {label}={value}", actual)
     args = AccessGuardArgs.of(stack)
     for policy_name, expected_rules in ((POLICY_NAME, rules(args)), (ENV_KEYS_POLICY_NAME, [ENV_KEY_RULE])):
         policy = live.policies.get(policy_name)

@@ -62,7 +62,12 @@ OPERAND_LABELS = {
     "gpu_feature_discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
     "mig_manager": "nvidia.com/gpu.deploy.mig-manager",
     "dcgm_exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
+    "operator_validator": "nvidia.com/gpu.deploy.operator-validator",
 }
+# Labels hidden-gpu sets on its nodes, which its RuntimeClasses schedule by: the node's name (the
+# kubernetes.io/hostname label need not equal it) and the node's pool.
+NODE_LABEL = "hidden-gpu.io/node"
+POOL_LABEL = "hidden-gpu.io/pool"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -117,6 +122,14 @@ def plugin_config_name(node_name: str) -> str:
 
 def runtime_class_name(node_name: str) -> str:
     return f"{RUNTIME_CLASS_PREFIX}{node_name}"
+
+
+# A pool's RuntimeClass; node names may not start with "pool-", so the two never collide.
+POOL_CLASS_INFIX = "pool-"
+
+
+def pool_class_name(pool: str) -> str:
+    return f"{RUNTIME_CLASS_PREFIX}{POOL_CLASS_INFIX}{pool}"
 
 
 def plugin_labels(node_name: str) -> dict[str, str]:
@@ -176,6 +189,7 @@ class Token:
     GPU_QUOTAS = component_token("GpuQuotas")
     PLUGIN_NAMESPACE = component_token("PluginNamespace")
     ACCESS_GUARD = component_token("AccessGuard")
+    GPU_POOL = component_token("GpuPool")
     TOOLKIT_SETTINGS = component_token("ToolkitSettings")
     PROVIDER = "pulumi:providers:kubernetes"
     NODE_PATCH = "kubernetes:core/v1:NodePatch"

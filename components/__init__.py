@@ -1,6 +1,7 @@
 """ComponentResources that turn a validated StackConfig into Kubernetes objects, each `(name, args, opts)`."""
 
 from components.access_guard import AccessGuard, AccessGuardArgs
+from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
 from components.hidden_gpu_node import HiddenGpuNode, HiddenGpuNodeArgs
 from components.plugin_namespace import PluginNamespace, PluginNamespaceArgs
@@ -9,6 +10,8 @@ from components.toolkit_settings import ToolkitSettings, ToolkitSettingsArgs
 __all__ = [
     "AccessGuard",
     "AccessGuardArgs",
+    "GpuPool",
+    "GpuPoolArgs",
     "GpuQuotas",
     "GpuQuotasArgs",
     "HiddenGpuNode",

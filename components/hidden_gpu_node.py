@@ -16,15 +16,15 @@ from common.names import (
     DEVICE_PLUGIN_LABEL,
     DEVICE_REQUEST_DIR,
     GPU_RESOURCE,
-    HOSTNAME_LABEL,
     KUBELET_DEVICE_PLUGINS,
+    NODE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
     OPERAND_LABELS,
     PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_DIR,
     PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
-    PLUGIN_PRIORITY_CLASS,
+    POOL_LABEL,
     SCAN_SKIP_ANNOTATION_PREFIX,
     VISIBLE_DEVICES_ENV,
     DeviceListStrategy,
@@ -33,6 +33,7 @@ from common.names import (
     device_plugin_name,
     plugin_config_name,
     plugin_labels,
+    pool_class_name,
     runtime_class_name,
 )
 from stack_config.models import DevicePluginConfig, NodeConfig
@@ -48,12 +49,6 @@ SCAN_EXCEPTIONS = {
 }
 DIGEST_EXCEPTION = ("CKV_K8S_43", "pinned by tag as configured; give devicePlugin.image a @sha256 digest to pin harder")
 
-# The plugin is a small gRPC server: requests keep it placeable on a busy node, limits bound a leak.
-PLUGIN_RESOURCES = k8s.core.v1.ResourceRequirementsArgs(
-    requests={"cpu": "50m", "memory": "64Mi"},
-    limits={"cpu": "500m", "memory": "256Mi"},
-)
-
 
 @dataclass(frozen=True)
 class HiddenGpuNodeArgs:
@@ -65,6 +60,8 @@ class HiddenGpuNodeArgs:
     """The stack-wide device-plugin settings (image, namespace, device-list strategy)."""
     plugin_namespace: pulumi.Input[str]
     """The namespace the plugin runs in: an Output of the PluginNamespace, so the plugin waits for it."""
+    pool_class: pulumi.Input[str] | None = None
+    """The RuntimeClass of the node's pool (GpuPool), which then replaces the node's own."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
             f"{node.name}-operator-labels",
             metadata=k8s.meta.v1.ObjectMetaPatchArgs(
                 name=node.name,
-                labels=operator_labels(node),
+                labels=node_labels(node),
                 # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
                 # force, server-side apply would refuse to take that field over.
                 annotations={PATCH_FORCE_ANNOTATION: "true"},
@@ -129,7 +126,12 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.plugin_config = None
         self.device_plugin = None
         if node.exposed_gpus:
-            self.runtime_class = _runtime_class(node, child)
+            runtime_class: pulumi.Input[str]
+            if args.pool_class is not None:
+                runtime_class = args.pool_class
+            else:
+                self.runtime_class = _runtime_class(node, child)
+                runtime_class = self.runtime_class.metadata.name
             config = plugin_config(node)
             # The operator's plugin must be gone before ours registers the same kubelet socket; on
             # destroy Pulumi deletes ours first, then restores the label. The config, where there
@@ -142,7 +144,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 node,
                 plugin,
                 args.plugin_namespace,
-                self.runtime_class.metadata.name,
+                runtime_class,
                 config=config,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
             )
@@ -154,16 +156,29 @@ class HiddenGpuNode(pulumi.ComponentResource):
             advertised_count=node.advertised_gpus,
             hidden_count=len(node.hidden_gpus),
             device_plugin=device_plugin_name(node.name) if node.exposed_gpus else None,
-            runtime_class=runtime_class_name(node.name) if node.exposed_gpus else None,
+            runtime_class=_class_name(node) if node.exposed_gpus else None,
         )
         self.register_outputs(self.summary.as_output())
+
+
+def _class_name(node: NodeConfig) -> str:
+    return pool_class_name(node.pool) if node.pool else runtime_class_name(node.name)
+
+
+def node_labels(node: NodeConfig) -> dict[str, str]:
+    """Everything the node patch sets: the operator's switches, and the labels the RuntimeClasses
+    schedule by (the node's own name, its pool)."""
+    return operator_labels(node) | {NODE_LABEL: node.name} | ({POOL_LABEL: node.pool} if node.pool else {})
 
 
 def operator_labels(node: NodeConfig) -> dict[str, str]:
     """The GPU Operator's per-node switches: its device plugin always off, other operands as configured."""
     labels = {DEVICE_PLUGIN_LABEL: "false"}
     for field, label in OPERAND_LABELS.items():
-        if not getattr(node.operands, field):
+        wanted = getattr(node.operands, field)
+        # The validator's plugin check waits for an NVIDIA resource: a node with none never passes it
+        # (gpu-operator cmd/nvidia-validator/main.go, validateGPUResource).
+        if not (wanted if wanted is not None else bool(node.exposed_gpus)):
             labels[label] = "false"
     return labels
 
@@ -194,8 +209,9 @@ def _runtime_class(node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v
         metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=plugin_labels(node.name)),
         handler=NVIDIA_RUNTIME_HANDLER,
         # Pods that pick this class land on this node: the nvidia runtime is only offered
-        # where a pinned plugin decides which GPUs a pod gets.
-        scheduling=k8s.node.v1.SchedulingArgs(node_selector={HOSTNAME_LABEL: node.name}),
+        # where a pinned plugin decides which GPUs a pod gets. By our own label: the
+        # kubernetes.io/hostname label need not equal the node's name.
+        scheduling=k8s.node.v1.SchedulingArgs(node_selector={NODE_LABEL: node.name}),
         opts=opts,
     )
 
@@ -298,19 +314,37 @@ def _device_plugin(
         image_pull_policy="IfNotPresent",
         env=_env(node, plugin, config),
         security_context=_security_context(node),
-        resources=PLUGIN_RESOURCES,
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests=plugin.resources.requests.model_dump(), limits=plugin.resources.limits.model_dump()
+        ),
         volume_mounts=mounts,
     )
     pod_spec = k8s.core.v1.PodSpecArgs(
-        node_selector={HOSTNAME_LABEL: node.name},
+        # Exactly this node, by its name: the DaemonSet controller itself schedules by metadata.name.
+        affinity=k8s.core.v1.AffinityArgs(
+            node_affinity=k8s.core.v1.NodeAffinityArgs(
+                required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
+                    node_selector_terms=[
+                        k8s.core.v1.NodeSelectorTermArgs(
+                            match_fields=[
+                                k8s.core.v1.NodeSelectorRequirementArgs(
+                                    key="metadata.name", operator="In", values=[node.name]
+                                )
+                            ]
+                        )
+                    ]
+                )
+            )
+        ),
         runtime_class_name=runtime_class,
-        priority_class_name=PLUGIN_PRIORITY_CLASS,
+        priority_class_name=plugin.priority_class_name,
+        image_pull_secrets=[k8s.core.v1.LocalObjectReferenceArgs(name=s) for s in plugin.image_pull_secrets] or None,
         # The plugin talks to the kubelet over its socket, never to the API server.
         automount_service_account_token=False,
         security_context=k8s.core.v1.PodSecurityContextArgs(
             seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
         ),
-        tolerations=[k8s.core.v1.TolerationArgs(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")],
+        tolerations=[k8s.core.v1.TolerationArgs(**t.model_dump(exclude_none=True)) for t in plugin.tolerations],
         containers=[container],
         volumes=volumes,
     )

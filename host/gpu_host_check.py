@@ -43,6 +43,8 @@ HOLD_GPU = (
     "print('ready', flush=True)\n"
     "time.sleep(120)\n"
 )
+# What every stack names outside hidden-gpu: (a cluster, no default provider); none is used here.
+CLUSTER = "  kubernetes:context: gpu-host-check\n  pulumi:disable-default-providers: [kubernetes]\n"
 POD_UID = "0d3d1c8a-6b0e-4c3c-9a4c-1e2f3a4b5c6d"
 CONTAINER_ID = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 
@@ -109,7 +111,7 @@ def audit_real_process(workdir: Path) -> dict[str, Any]:
             entry = sh(PY, "-m", "host.discover", "--expose", exposed_indices, "--node", node).stdout
             stack = workdir / f"Pulumi.{label}.yaml"
             indented = "\n".join("    " + line for line in entry.splitlines())
-            stack.write_text(f"config:\n  hidden-gpu:nodes:\n{indented}\n")
+            stack.write_text(f"config:\n{CLUSTER}  hidden-gpu:nodes:\n{indented}\n")
             check = sh(PY, "-m", "host.discover", "--check", str(stack), "--node", node, check=False)
             audit = sh(
                 PY,
@@ -161,7 +163,9 @@ def audit_in_a_real_pod_cgroup(workdir: Path, pid: int, gpu0: str) -> dict[str, 
     (logs / "containers" / f"trainer_ml-team_main-{CONTAINER_ID}.log").write_text("")
     stack = workdir / "Pulumi.real-pod.yaml"
     entry = sh(PY, "-m", "host.discover", "--expose", "0", "--node", "gpu-host-check").stdout
-    stack.write_text("config:\n  hidden-gpu:nodes:\n" + "\n".join("    " + line for line in entry.splitlines()) + "\n")
+    stack.write_text(
+        f"config:\n{CLUSTER}  hidden-gpu:nodes:\n" + "\n".join("    " + line for line in entry.splitlines()) + "\n"
+    )
     results: dict[str, Any] = {"cgroup": (Path("/proc") / str(pid) / "cgroup").read_text().strip()}
     try:
         for label, holder_pod in (("allocated-to-its-pod", "trainer"), ("allocated-to-another-pod", "notebook")):

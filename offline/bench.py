@@ -43,6 +43,8 @@ def synthetic_stack(nodes: int) -> dict[str, Any]:
         return f"GPU-{uuid.UUID(int=node * GPUS_PER_NODE + index + 1, version=4)}"
 
     return {
+        "kubernetes:context": "bench",
+        "pulumi:disable-default-providers": ["kubernetes"],
         f"{PROJECT}:nodes": [
             {
                 "name": f"gpu-node-{node:05d}",

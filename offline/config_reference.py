@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+from pydantic_core import to_jsonable_python
 
 from common.cli import EXIT_FINDING, EXIT_OK, UsageError, parser, run
 from common.names import PROJECT
@@ -93,9 +94,7 @@ def _default(field: FieldInfo) -> str:
         return "(none)"
     if isinstance(value, BaseModel):
         return "(see its keys)"
-    if isinstance(value, enum.Enum):
-        value = value.value
-    return f"`{json.dumps(value)}`"
+    return f"`{json.dumps(to_jsonable_python(value, by_alias=True, exclude_none=True))}`"
 
 
 def rows(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, str, str, str]]:

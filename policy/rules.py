@@ -16,7 +16,6 @@ from pulumi_policy import (
 
 from common.names import (
     DEVICE_PLUGIN_LABEL,
-    HOSTNAME_LABEL,
     OPERATOR_RUNTIME_CLASSES,
     PLUGIN_IMAGE_NAME,
     SYS_ADMIN_CAPABILITIES,
@@ -45,8 +44,15 @@ def _env(container: Mapping[str, Any]) -> dict[str, str | None]:
 
 
 def _pinned_node(props: Mapping[str, Any]) -> str | None:
-    node = (_pod_spec(props).get("nodeSelector") or {}).get(HOSTNAME_LABEL)
-    return node if isinstance(node, str) and node else None
+    """The one node a DaemonSet's pods may run on: required node affinity on metadata.name, one value."""
+    affinity = (_pod_spec(props).get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if len(terms) != 1:
+        return None
+    fields = terms[0].get("matchFields") or []
+    names = [f.get("values") for f in fields if f.get("key") == "metadata.name" and f.get("operator") == "In"]
+    return names[0][0] if len(names) == 1 and isinstance(names[0], list) and len(names[0]) == 1 else None
 
 
 def plugin_unprivileged(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
@@ -86,7 +92,10 @@ def plugin_devices_are_uuids(args: ResourceValidationArgs, report_violation: Rep
 
 def plugin_pinned_to_one_node(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
     if _plugin_containers(args.resource_type, args.props) and _pinned_node(args.props) is None:
-        report_violation(f"device plugin DaemonSet must select exactly one node by nodeSelector {HOSTNAME_LABEL}", None)
+        report_violation(
+            "device plugin DaemonSet must be pinned to exactly one node by required node affinity on metadata.name",
+            None,
+        )
 
 
 def no_operator_runtime_class(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:

@@ -31,7 +31,7 @@ def main() -> int:
     arguments.add_argument("--repeat", type=int, default=3)
     args = arguments.parse_args()
     work = Path(tempfile.mkdtemp(prefix="verify-timing-"))
-    config = {"kubernetes:context": "admin@test", **synthetic_stack(args.nodes)}
+    config = {**synthetic_stack(args.nodes), "kubernetes:context": "admin@test"}
     cluster = healthy(config)
     stack = write_stack(work, config, "fleet")
     seconds = []

@@ -9,6 +9,7 @@ nesting, alias expansion). Every refusal is an InvalidConfigError naming the fil
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections import Counter
@@ -21,10 +22,14 @@ from pydantic import ValidationError
 
 from common.cli import bounded
 from common.names import PROJECT
-from stack_config.errors import ConfigError, InvalidConfigError, Loc, from_validation_error, show
+from stack_config.errors import MISSING, ConfigError, InvalidConfigError, Loc, from_validation_error, show
 from stack_config.models import StackConfig
 
 PREFIX = f"{PROJECT}:"
+KUBERNETES = "kubernetes:"
+# What __main__.py hands its explicit kubernetes provider; any other kubernetes: key has no effect.
+KUBERNETES_KEYS = ("context", "kubeconfig", "cluster")
+DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
 # Stack files are a few KB; these bound what a hostile or broken one can cost.
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 32
@@ -236,10 +241,44 @@ def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
             "and the offline tools cannot decrypt it; write the value out"
         )
         raise InvalidConfigError([ConfigError(loc, reason) for loc in secrets])
+    outside = list(_cluster_problems(config))
     try:
-        return StackConfig.model_validate(own)
+        stack = StackConfig.model_validate(own)
     except ValidationError as error:
-        raise from_validation_error(error, StackConfig) from None
+        raise InvalidConfigError([*from_validation_error(error, StackConfig).errors, *outside]) from None
+    if outside:
+        raise InvalidConfigError(outside)
+    return stack
+
+
+def _cluster_problems(config: Mapping[str, Any]) -> Iterator[ConfigError]:
+    """The keys outside `hidden-gpu:` that decide which cluster the stack changes."""
+    for key in config:
+        if key.startswith(KUBERNETES) and key.removeprefix(KUBERNETES) not in KUBERNETES_KEYS:
+            name = key.removeprefix(KUBERNETES)
+            close = difflib.get_close_matches(name, KUBERNETES_KEYS, n=1)
+            hint = (
+                f"did you mean '{close[0]}'?"
+                if close
+                else f"the program's provider reads only {', '.join(KUBERNETES_KEYS)}"
+            )
+            yield ConfigError((), f"unknown key; {hint}", _decode(config[key]), where=key)
+    if not any(_decode(config.get(f"{KUBERNETES}{key}")) for key in ("context", "kubeconfig")):
+        yield ConfigError(
+            (),
+            "required: name the cluster this stack changes (kubernetes:context, or kubernetes:kubeconfig), "
+            "so a typo or another current context cannot point it at the wrong one",
+            where=f"{KUBERNETES}context",
+        )
+    disabled = _decode(config.get(DISABLE_DEFAULT_PROVIDERS))
+    if not (isinstance(disabled, list) and ("kubernetes" in disabled or "*" in disabled)):
+        yield ConfigError(
+            (),
+            'must list "kubernetes": every object goes through the stack\'s explicit provider, and a default '
+            "provider would silently use whatever cluster is current",
+            disabled if disabled is not None else MISSING,
+            where=DISABLE_DEFAULT_PROVIDERS,
+        )
 
 
 def _secrets(value: Any, loc: Loc) -> Iterator[Loc]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
 from pydantic.alias_generators import to_camel
@@ -22,6 +22,7 @@ from common.names import (
     DEFAULT_PLUGIN_IMAGE,
     DEFAULT_PLUGIN_NAMESPACE,
     OPERATOR_RUNTIME_CLASSES,
+    POOL_CLASS_INFIX,
     DeviceListStrategy,
     GuardMode,
     MigStrategy,
@@ -44,6 +45,7 @@ IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 NORMAL_PATH = re.compile(r"(/[^/]+)+")
 DOT_SEGMENT = re.compile(r"/\.\.?(/|$)")
 CAPABILITY = re.compile(r"[A-Z][A-Z0-9_]*")
+QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
@@ -140,6 +142,12 @@ def _check_capability(value: str) -> str:
     return value
 
 
+def _check_quantity(value: str) -> str:
+    if not QUANTITY.fullmatch(value):
+        raise ValueError("not a Kubernetes quantity (e.g. 50m, 64Mi, 1)")
+    return value
+
+
 def _check_label_key(value: str) -> str:
     if not LABEL_KEY.fullmatch(value) or len(value) > 317:
         raise ValueError("not a label key ([prefix/]name)")
@@ -161,6 +169,8 @@ ImageRef = Annotated[str, AfterValidator(_check_image)]
 HostPath = Annotated[str, AfterValidator(_check_host_path)]
 Capability = Annotated[str, AfterValidator(_check_capability)]
 ObjectName = Annotated[str, AfterValidator(_check_object_name)]
+PoolName = Annotated[str, AfterValidator(_check_dns_label)]
+Quantity = Annotated[str, AfterValidator(_check_quantity)]
 LabelKey = Annotated[str, AfterValidator(_check_label_key)]
 LabelValue = Annotated[str, AfterValidator(_check_label_value)]
 
@@ -193,6 +203,9 @@ class OperandsConfig(_Model):
     dcgm_exporter: bool = True
     """Run dcgm-exporter here. It only reads metrics, but of every GPU: set `false` if hidden GPUs' metrics must not
     reach your monitoring."""
+    operator_validator: bool | None = None
+    """Run the operator's validator here. Default: off where every GPU is hidden (its plugin validation waits for an
+    NVIDIA resource the node never advertises, so it would never turn Ready), on elsewhere."""
 
 
 class TimeSlicingConfig(_Model):
@@ -221,6 +234,9 @@ class NodeConfig(_Model):
     """Time-slice the exposed GPUs (the pinned plugin sees no other)."""
     mig_strategy: Annotated[MigStrategy, LaxEnum] = MigStrategy.NONE
     """The plugin's `MIG_STRATEGY`: `none`, `single` or `mixed`."""
+    pool: PoolName | None = None
+    """A pool of interchangeable shared nodes: the pool's one RuntimeClass (`hidden-gpu-pool-<pool>`) lands a pod on
+    any of them, instead of this node's own class."""
     mig_devices: dict[GpuUuid, list[MigUuid]] = Field(default_factory=dict)
     """The node's MIG layout, parent GPU UUID -> its MIG device UUIDs: needed for every listed MIG UUID (`discover
     --expose` writes it)."""
@@ -257,6 +273,37 @@ class NodeConfig(_Model):
         return self
 
 
+class ResourceAmounts(_Model):
+    """CPU and memory, as Kubernetes quantities."""
+
+    cpu: Quantity
+    """CPU, e.g. `50m`."""
+    memory: Quantity
+    """Memory, e.g. `64Mi`."""
+
+
+class PluginResources(_Model):
+    """The plugin container's requests and limits (the Helm chart's `resources`)."""
+
+    requests: ResourceAmounts = ResourceAmounts(cpu="50m", memory="64Mi")
+    """What keeps the plugin placeable on a busy node."""
+    limits: ResourceAmounts = ResourceAmounts(cpu="500m", memory="256Mi")
+    """What bounds a leak."""
+
+
+class Toleration(_Model):
+    """A toleration, as in a pod spec."""
+
+    key: str | None = None
+    """The taint key; empty with `Exists` tolerates every taint."""
+    operator: Literal["Exists", "Equal"] = "Exists"
+    """`Exists` or `Equal`."""
+    value: str | None = None
+    """The taint value, with `Equal`."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """The taint effect; empty tolerates all."""
+
+
 class DevicePluginConfig(_Model):
     """The pinned device plugins, one DaemonSet per node that exposes GPUs."""
 
@@ -270,6 +317,16 @@ class DevicePluginConfig(_Model):
     device_list_strategy: Annotated[DeviceListStrategy, LaxEnum] = DeviceListStrategy.ENVVAR
     """`envvar` (the recipe's) or `volume-mounts`: the plugin hands GPUs out as `/dev/null` mounts, for a toolkit that
     ignores `NVIDIA_VISIBLE_DEVICES` from unprivileged pods."""
+    tolerations: list[Toleration] = Field(
+        default_factory=lambda: [Toleration(key="nvidia.com/gpu", effect="NoSchedule")]
+    )
+    """The plugin pods' tolerations (the Helm chart's `tolerations`): GPU nodes are often tainted."""
+    priority_class_name: ObjectName = "system-node-critical"
+    """The plugin pods' priority class (the Helm chart's `priorityClassName`)."""
+    image_pull_secrets: list[ObjectName] = Field(default_factory=list)
+    """Secrets in the plugin namespace to pull the image with (the Helm chart's `imagePullSecrets`)."""
+    resources: PluginResources = PluginResources()
+    """The plugin container's requests and limits (the Helm chart's `resources`)."""
     volume_mounts_accepted_by: Annotated[ToolkitSettingsSource, LaxEnum] | None = None
     """Required with `volume-mounts`: who makes the toolkit read those mounts
     (`accept-nvidia-visible-devices-as-volume-mounts = true`). `clusterPolicy`: this stack's ClusterPolicy patch;
@@ -400,6 +457,12 @@ def _toolkit_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
 
 def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
     """Rules within one node: each UUID once, and the MIG rules. Paths relative to the node."""
+    if node.name.startswith(POOL_CLASS_INFIX):
+        yield (
+            ("name",),
+            node.name,
+            f"node names starting with {POOL_CLASS_INFIX!r} would collide with pool RuntimeClasses",
+        )
     first_place: dict[str, Loc] = {}
     yield from _duplicates(node, first_place)
     yield from _mig_problems(node, first_place)

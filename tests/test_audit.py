@@ -19,6 +19,7 @@ from host import audit
 from host.watch import Watcher
 from tests.support.fake_kubelet import Kubelet, serve
 from tests.support.fake_nvml import FakeGpu, fake_nvml
+from tests.support.stacks import CLUSTER
 
 POD = "0d3d1c8a-6b0e-4c3c-9a4c-1e2f3a4b5c6d"
 POD_ = POD.replace("-", "_")
@@ -89,7 +90,7 @@ def log_tree(root: Path, pods: dict[str, tuple[str, str]], containers: dict[str,
 def stack_file(root: Path) -> Path:
     path = root / "Pulumi.t.yaml"
     node = {"name": "gpu-node-01", "exposedGpus": [EXPOSED], "hiddenGpus": [HIDDEN]}
-    path.write_text(yaml.safe_dump({"config": {"hidden-gpu:nodes": [node]}}))
+    path.write_text(yaml.safe_dump({"config": {**CLUSTER, "hidden-gpu:nodes": [node]}}))
     return path
 
 
@@ -280,7 +281,7 @@ def test_gpu_exposed_by_its_mig_devices_counts_as_exposed(tmp_path: Path, capsys
         "migStrategy": "mixed",
         "migDevices": {parent: [mig]},
     }
-    stack.write_text(yaml.safe_dump({"config": {"hidden-gpu:nodes": [node]}}))
+    stack.write_text(yaml.safe_dump({"config": {**CLUSTER, "hidden-gpu:nodes": [node]}}))
     gpus = [FakeGpu(parent, mig_uuids=[mig], compute=[(100, 1)]), FakeGpu(HIDDEN)]
     args = ["--stack-file", str(stack), "--node", "gpu-node-01", "--proc-root", str(tmp_path / "proc"), "--json"]
     assert audit.main(args, nvml=fake_nvml(gpus)) == 0

@@ -48,7 +48,7 @@ def test_valid_config_is_accepted_and_typed() -> None:
 
 def test_pulumi_json_strings_are_decoded() -> None:
     """`pulumi up` hands structured config to the program as JSON text."""
-    config = {key: json.dumps(value) for key, value in valid_config().items() if key.startswith("hidden-gpu:")}
+    config = {key: json.dumps(value) for key, value in valid_config().items()}
     assert parse_project_config(config) == parse_project_config(valid_config())
 
 

@@ -23,7 +23,16 @@ from offline import diff, render
 from offline.program import LiveObjectMissingError, run_program
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.objects import only
-from tests.support.stacks import EXPOSED, HIDDEN, changed, cluster_policy_patched, node, valid_config, write_stack
+from tests.support.stacks import (
+    CLUSTER_YAML,
+    EXPOSED,
+    HIDDEN,
+    changed,
+    cluster_policy_patched,
+    node,
+    valid_config,
+    write_stack,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK_FILES = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -124,32 +133,40 @@ def test_duplicate_key_refused_by_audit(tmp_path: Path, capsys: pytest.CaptureFi
 def test_a_duplicated_top_level_key_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "Pulumi.g.yaml"
     path.write_text(
-        "config:\n  hidden-gpu:guard: {mode: enforce}\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n"
+        "config:\n"
+        + CLUSTER_YAML
+        + "  hidden-gpu:guard: {mode: enforce}\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n"
         "  hidden-gpu:guard: {mode: audit}\n"
     )
     assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "o")]) == EXIT_USAGE
-    assert "key 'config.hidden-gpu:guard' given twice (lines 2 and 4)" in capsys.readouterr().err
+    assert "key 'config.hidden-gpu:guard' given twice (lines 4 and 6)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
         (
-            "x: &gpus [GPU-5f3c1a2b-7d4e-4c1f-9a0b-1c2d3e4f5a6b]\nconfig:\n"
+            "x: &gpus [GPU-5f3c1a2b-7d4e-4c1f-9a0b-1c2d3e4f5a6b]\nconfig:\n" + CLUSTER_YAML + ""
             "  hidden-gpu:nodes: [{name: n, exposedGpus: *gpus}]\n",
             "aliases and merge keys are refused under hidden-gpu:",
         ),
         (
-            "config:\n  hidden-gpu:devicePlugin:\n    <<: {namespace: other}\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n",
+            "config:\n"
+            + CLUSTER_YAML
+            + "  hidden-gpu:devicePlugin:\n    <<: {namespace: other}\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n",
             "aliases and merge keys are refused under hidden-gpu:",
         ),
         (
-            "config:\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  hidden-gpu:clusterPolicy:\n"
+            "config:\n"
+            + CLUSTER_YAML
+            + "  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  hidden-gpu:clusterPolicy:\n"
             "    patch:\n      secure: v1:abc\n",
             "hidden-gpu:clusterPolicy.patch: is a Pulumi secret (secure:)",
         ),
         (
-            "config:\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  hidden-gpu:clusterPolicy: {patch: yes}\n",
+            "config:\n"
+            + CLUSTER_YAML
+            + "  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  hidden-gpu:clusterPolicy: {patch: yes}\n",
             'hidden-gpu:clusterPolicy.patch = "yes": must be true or false',
         ),
     ],
@@ -277,18 +294,23 @@ BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     for i in range(9)
 )
 RELIABILITY: dict[str, tuple[bytes, str]] = {
-    "non-utf8": (b"config:\n  hidden-gpu:nodes: [{name: \xff\xfe}]\n", "Pulumi.r.yaml:2: not UTF-8 text (byte 36)"),
+    "non-utf8": (
+        b"config:\n" + CLUSTER_YAML.encode() + b"  hidden-gpu:nodes: [{name: \xff\xfe}]\n",
+        "Pulumi.r.yaml:4: not UTF-8 text (byte 118)",
+    ),
     "on-key": (
-        b"config:\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  on: true\n",
+        b"config:\n" + CLUSTER_YAML.encode() + b"  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  on: true\n",
         "hidden-gpu:on = true: unknown key",
     ),
     "number-key": (
-        b"config:\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  7: true\n",
+        b"config:\n" + CLUSTER_YAML.encode() + b"  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  7: true\n",
         "config key 7 is not a string",
     ),
     "deep-list": (b"config:\n  other:deep: " + b"[" * 1000 + b"]" * 1000 + b"\n", "nested deeper than 32 levels"),
     "yaml-date": (
-        b"config:\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  other:since: 2024-01-01\n",
+        b"config:\n"
+        + CLUSTER_YAML.encode()
+        + b"  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  other:since: 2024-01-01\n",
         "",
     ),
     "alias-bomb": (
@@ -320,7 +342,7 @@ def test_reliability_cases_end_in_one_line(case: str, tmp_path: Path, capsys: py
 def test_on_as_a_key_is_a_string_key_under_yaml_1_2(tmp_path: Path) -> None:
     """Pulumi's yaml.v3 reads `on:` as the string "on"; so does the reader (no YAML 1.1 True key)."""
     path = tmp_path / "Pulumi.on.yaml"
-    path.write_text("config:\n  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  on:thing: 1\n")
+    path.write_text("config:\n" + CLUSTER_YAML + "  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n  on:thing: 1\n")
     assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "o")]) == 0
 
 

@@ -13,7 +13,7 @@ import yaml
 from host import discover
 from stack_config import parse_project_config
 from tests.support.fake_nvml import FakeGpu, fake_nvml
-from tests.support.stacks import write_stack
+from tests.support.stacks import CLUSTER, write_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 UUIDS = [f"GPU-{i:08x}-1111-4222-8333-44445555666{i}" for i in range(4)]
@@ -62,7 +62,7 @@ def test_expose_writes_a_valid_stack_entry_by_uuid(capsys: pytest.CaptureFixture
     assert status == 0
     entry = yaml.safe_load(out)[0]
     assert entry == {"name": "gpu-node-07", "exposedGpus": [UUIDS[0], UUIDS[2]], "hiddenGpus": [UUIDS[1], UUIDS[3]]}
-    stack = parse_project_config({"hidden-gpu:nodes": [entry]})
+    stack = parse_project_config({**CLUSTER, "hidden-gpu:nodes": [entry]})
     assert stack.nodes[0].exposed_gpus == [UUIDS[0], UUIDS[2]]
 
 
@@ -82,7 +82,7 @@ def test_expose_rejects_bad_indices(indices: str, message: str, capsys: pytest.C
 
 def node_stack(tmp_path: Path, exposed: list[str], hidden: list[str]) -> Path:
     node = {"name": "gpu-node-07", "exposedGpus": exposed, "hiddenGpus": hidden}
-    return write_stack(tmp_path, {"hidden-gpu:nodes": [node]})
+    return write_stack(tmp_path, {**CLUSTER, "hidden-gpu:nodes": [node]})
 
 
 def test_check_passes_when_every_gpu_is_accounted_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

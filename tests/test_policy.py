@@ -119,16 +119,36 @@ def test_visible_devices_missing(daemonset: Declared) -> None:
 
 def test_plugin_pinned_to_one_node(daemonset: Declared) -> None:
     assert violations(plugin_pinned_to_one_node, daemonset.type, daemonset.inputs) == []
-    props = copy.deepcopy(daemonset.inputs)
-    props["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.present": "true"}
-    assert len(violations(plugin_pinned_to_one_node, daemonset.type, props)) == 1
+    for replaced in (
+        {"nodeSelector": {"nvidia.com/gpu.present": "true"}},  # every GPU node
+        {"nodeSelector": {"kubernetes.io/hostname": "gpu-node-01"}},  # a label, which need not be the name
+        {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchFields": [
+                                    {"key": "metadata.name", "operator": "In", "values": ["gpu-node-01", "gpu-node-02"]}
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
+        },
+    ):
+        props = copy.deepcopy(daemonset.inputs)
+        del props["spec"]["template"]["spec"]["affinity"]
+        props["spec"]["template"]["spec"].update(replaced)
+        assert len(violations(plugin_pinned_to_one_node, daemonset.type, props)) == 1, replaced
 
 
 def test_a_daemonset_that_is_not_a_device_plugin_is_ignored(daemonset: Declared) -> None:
     props = copy.deepcopy(daemonset.inputs)
     plugin_container(props)["image"] = "fluent/fluent-bit:3.1"
     plugin_container(props)["securityContext"]["privileged"] = True
-    del props["spec"]["template"]["spec"]["nodeSelector"]
+    del props["spec"]["template"]["spec"]["affinity"]
     for _, validator in RESOURCE_VALIDATORS.values():
         assert violations(validator, daemonset.type, props) == []
 

@@ -7,6 +7,7 @@ import json
 from common.names import (
     DEFAULT_PLUGIN_NAMESPACE,
     DEVICE_PLUGIN_LABEL,
+    NODE_LABEL,
     OPERATOR_RUNTIME_CLASSES,
     Token,
     device_plugin_name,
@@ -25,11 +26,16 @@ def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
     patches = {r.inputs["metadata"]["name"]: r for r in run.of_type(Token.NODE_PATCH)}
     assert set(patches) == {"gpu-node-01", "gpu-node-02"}
     for name, patch in patches.items():
-        assert patch.inputs["metadata"]["labels"] == {
+        expected = {
             DEVICE_PLUGIN_LABEL: "false",
             "nvidia.com/gpu.deploy.gpu-feature-discovery": "false",
             "nvidia.com/gpu.deploy.mig-manager": "false",
+            NODE_LABEL: name,
         }
+        # Every GPU of gpu-node-02 is hidden: the validator's plugin check could never pass there.
+        if name == "gpu-node-02":
+            expected["nvidia.com/gpu.deploy.operator-validator"] = "false"
+        assert patch.inputs["metadata"]["labels"] == expected
         assert patch.inputs["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
         assert patch.parent == component(run, name)
 
@@ -41,7 +47,9 @@ def test_plugin_is_pinned_to_the_exposed_gpus_on_its_node_only(run: ProgramRun) 
     env = env_of(container)
     assert env["NVIDIA_VISIBLE_DEVICES"] == EXPOSED
     assert env["DEVICE_ID_STRATEGY"] == "uuid"
-    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-01"}
+    assert "nodeSelector" not in pod  # kubernetes.io/hostname need not equal the node's name
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-node-01"]}]}]
     assert daemonset.inputs["metadata"]["namespace"] == DEFAULT_PLUGIN_NAMESPACE
     assert daemonset.parent == component(run, "gpu-node-01")
 
@@ -80,7 +88,7 @@ def test_plugin_has_what_a_device_plugin_pod_needs(run: ProgramRun) -> None:
 def test_runtime_class_is_pinned_to_the_node_and_not_the_operators(run: ProgramRun) -> None:
     runtime_class = only(run.of_type(Token.RUNTIME_CLASS))
     assert runtime_class.inputs["handler"] == "nvidia"
-    assert runtime_class.inputs["scheduling"]["nodeSelector"] == {"kubernetes.io/hostname": "gpu-node-01"}
+    assert runtime_class.inputs["scheduling"]["nodeSelector"] == {NODE_LABEL: "gpu-node-01"}
     assert runtime_class.inputs["metadata"]["name"] not in OPERATOR_RUNTIME_CLASSES
     assert runtime_class.parent == component(run, "gpu-node-01")
 
@@ -180,6 +188,7 @@ def test_operand_switches_follow_the_config() -> None:
         DEVICE_PLUGIN_LABEL: "false",
         "nvidia.com/gpu.deploy.mig-manager": "false",
         "nvidia.com/gpu.deploy.dcgm-exporter": "false",
+        NODE_LABEL: "gpu-node-01",
     }
 
 

@@ -43,7 +43,7 @@ def test_prod_render_end_to_end(tmp_path: Path) -> None:
     quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in objects.values() if o["kind"] == "ResourceQuota"}
     assert quotas == {ns: {"requests.nvidia.com/gpu": str(n)} for ns, n in stack["hidden-gpu:quotas"].items()}
     rows = [line.split() for line in result.stdout.splitlines()]
-    assert ["gpu-node-01", "2", "2", "6", "3"] in rows
+    assert ["gpu-node-01", "2", "2", "6", "2"] in rows  # its RuntimeClass is the pool's
     assert ["gpu-node-02", "0", "0", "8", "1"] in rows
 
 

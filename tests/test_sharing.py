@@ -18,7 +18,7 @@ from stack_config import InvalidConfigError, parse_project_config, quota_warning
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.guard import admit, plugin_pod, pod_policy
 from tests.support.objects import env_of, only
-from tests.support.stacks import EXPOSED, HIDDEN, MIG_A, MIG_B, PARENT, changed, node, time_sliced, with_mig
+from tests.support.stacks import CLUSTER, EXPOSED, HIDDEN, MIG_A, MIG_B, PARENT, changed, node, time_sliced, with_mig
 
 
 def plugin(run: ProgramRun) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -228,4 +228,4 @@ def test_discover_exposes_a_mig_gpu_by_its_mig_devices(capsys: pytest.CaptureFix
         "migStrategy": "mixed",
         "migDevices": {PARENT: [MIG_A, MIG_B]},
     }
-    parse_project_config({"hidden-gpu:nodes": [entry]})
+    parse_project_config({**CLUSTER, "hidden-gpu:nodes": [entry]})

@@ -14,9 +14,10 @@ import pytest
 from cluster import verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, Token
+from components.hidden_gpu_node import node_labels
 from offline.bench import synthetic_stack
 from offline.program import run_program
-from stack_config import read_stack_file
+from stack_config import parse_project_config, read_stack_file
 from tests.support.fake_apiserver import Cluster, node, pod, serve
 from tests.support.stacks import write_stack
 
@@ -42,9 +43,9 @@ def healthy(config: dict[str, Any]) -> Cluster:
     for resource in run.kubernetes_objects:
         if resource.type in RENDERED_KINDS:
             getattr(cluster, RENDERED_KINDS[resource.type]).append(copy.deepcopy(resource.inputs))
-    for entry in config[f"{PROJECT}:nodes"]:
+    for entry, parsed in zip(config[f"{PROJECT}:nodes"], parse_project_config(config).nodes, strict=True):
         exposed = entry["exposedGpus"]
-        cluster.nodes.append(node(entry["name"], len(exposed) or None, OFF))
+        cluster.nodes.append(node(entry["name"], len(exposed) or None, node_labels(parsed)))
         if exposed:
             labels = {"app.kubernetes.io/part-of": "hidden-gpu", "app.kubernetes.io/name": "nvidia-device-plugin"}
             labels["app.kubernetes.io/instance"] = entry["name"]
@@ -85,7 +86,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 22 checks, 7 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 26 checks, 7 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,7 +127,7 @@ def test_guard_objects_must_exist_as_declared(tmp_path: Path, capsys: pytest.Cap
     found = {" ".join(row[1:3]) for row in mismatches(out)}
     assert "binding hidden-gpu-access-guard" in found
     assert "ValidatingAdmissionPolicy hidden-gpu-access-guard" in found
-    assert "RuntimeClass hidden-gpu-gpu-node-01" in found
+    assert "RuntimeClass hidden-gpu-pool-shared" in found
     assert any(row[0] in ("ml-training", "ml-inference") for row in mismatches(out))
 
 
@@ -138,7 +139,7 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_a_thousand_nodes_take_a_handful_of_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = {"kubernetes:context": "admin@test", **synthetic_stack(1000)}
+    config = {**synthetic_stack(1000), "kubernetes:context": "admin@test"}
     cluster = healthy(config)
     stack = write_stack(tmp_path, config, "fleet")
     with serve(tmp_path, cluster) as kubeconfig:

@@ -20,10 +20,16 @@ FULLY_HIDDEN = [
 ]
 
 
+# The keys every stack needs outside hidden-gpu: its cluster, and no default provider.
+CLUSTER: dict[str, Any] = {"kubernetes:context": "admin@test", "pulumi:disable-default-providers": ["kubernetes"]}
+CLUSTER_YAML = "  kubernetes:context: admin@test\n  pulumi:disable-default-providers: [kubernetes]\n"
+
+
 def valid_config() -> dict[str, Any]:
     """Two nodes, one exposing a GPU and one with every GPU hidden, plus a quota."""
     return {
         "kubernetes:context": "admin@test",
+        "pulumi:disable-default-providers": ["kubernetes"],
         "hidden-gpu:nodes": [
             {"name": "gpu-node-01", "exposedGpus": [EXPOSED], "hiddenGpus": list(HIDDEN)},
             {"name": "gpu-node-02", "exposedGpus": [], "hiddenGpus": list(FULLY_HIDDEN)},

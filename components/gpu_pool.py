@@ -1,0 +1,37 @@
+"""GpuPool: one RuntimeClass for a pool of interchangeable shared nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from common.names import NVIDIA_RUNTIME_HANDLER, PART_OF, PART_OF_LABEL, POOL_LABEL, Token, pool_class_name
+
+
+@dataclass(frozen=True)
+class GpuPoolArgs:
+    pool: str
+    """The pool's name, as the nodes' `pool:` key says it; the node patches label them with it."""
+
+
+class GpuPool(pulumi.ComponentResource):
+    """A workload that names the pool's RuntimeClass lands on any node of the pool (the scheduler
+    picks one with a free exposed GPU), instead of on one named node."""
+
+    runtime_class: k8s.node.v1.RuntimeClass
+    """`hidden-gpu-pool-<pool>`: handler nvidia, scheduled onto the nodes labelled with the pool."""
+
+    def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(Token.GPU_POOL, name, None, opts)
+        self.runtime_class = k8s.node.v1.RuntimeClass(
+            f"{name}-runtime-class",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=pool_class_name(args.pool), labels={PART_OF_LABEL: PART_OF, POOL_LABEL: args.pool}
+            ),
+            handler=NVIDIA_RUNTIME_HANDLER,
+            scheduling=k8s.node.v1.SchedulingArgs(node_selector={POOL_LABEL: args.pool}),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"runtimeClass": pool_class_name(args.pool)})
