@@ -2,7 +2,8 @@
 
 A node that leaves a stack keeps the labels hidden-gpu set (the label patches are retained on
 delete), so it stays hidden: the safe state. This command is the deliberate way back. It removes
-only the operator switches hidden-gpu sets, and only where they still say `false`; the operator then
+only the operator switches hidden-gpu sets where they still say `false`, and its own node and pool
+labels; the operator then
 deploys its own device plugin, which advertises every GPU of the node. Without --yes it only says
 what it would do. Run `python -m host.discover --check` on the node first: after this, every GPU
 there is Kubernetes'.
@@ -19,7 +20,7 @@ from urllib3.exceptions import HTTPError
 
 from cluster.kube import TIMEOUTS, add_cluster_options, api_client
 from common.cli import EXIT_OK, UnavailableError, UsageError, add_stack_source, parser, run, stack_file
-from common.names import DEVICE_PLUGIN_LABEL, OPERAND_LABELS
+from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, POOL_LABEL
 from stack_config import parse_project_config, read_stack_file
 
 SWITCHES = (DEVICE_PLUGIN_LABEL, *OPERAND_LABELS.values())
@@ -36,6 +37,7 @@ def release(core: Any, node_name: str, confirmed: bool) -> list[str]:
         raise
     labels = node.metadata.labels or {}
     ours = [label for label in SWITCHES if labels.get(label) == "false"]
+    ours += [label for label in (NODE_LABEL, POOL_LABEL) if label in labels]  # the scheduling labels we set
     if ours and confirmed:
         # resourceVersion makes the patch fail rather than act on a node that changed meanwhile.
         patch = {"metadata": {"resourceVersion": node.metadata.resource_version, "labels": dict.fromkeys(ours)}}

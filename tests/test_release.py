@@ -8,13 +8,13 @@ import pytest
 
 from cluster import release
 from common.cli import EXIT_OK, EXIT_USAGE
-from common.names import DEVICE_PLUGIN_LABEL, OPERAND_LABELS
+from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS
 from tests.support.fake_apiserver import Cluster, node, serve
 from tests.support.stacks import valid_config, write_stack
 
 GFD = OPERAND_LABELS["gpu_feature_discovery"]
 DCGM = OPERAND_LABELS["dcgm_exporter"]
-RETIRED = {DEVICE_PLUGIN_LABEL: "false", GFD: "false", DCGM: "true", "team": "ml"}
+RETIRED = {DEVICE_PLUGIN_LABEL: "false", GFD: "false", DCGM: "true", "team": "ml", NODE_LABEL: "gpu-node-09"}
 
 
 def give_back(tmp_path: Path, node_name: str, *extra: str) -> tuple[int, dict[str, str], list[tuple[str, str, str]]]:
@@ -31,7 +31,7 @@ def test_without_yes_nothing_changes(tmp_path: Path, capsys: pytest.CaptureFixtu
     status, labels, requests = give_back(tmp_path, "gpu-node-09")
     assert status == EXIT_OK and labels == {**RETIRED, "kubernetes.io/hostname": "gpu-node-09"}
     assert [method for method, _, _ in requests] == ["GET"]
-    assert f"would remove {DEVICE_PLUGIN_LABEL}, {GFD} (dry run" in capsys.readouterr().out
+    assert f"would remove {DEVICE_PLUGIN_LABEL}, {GFD}, {NODE_LABEL} (dry run" in capsys.readouterr().out
 
 
 def test_yes_removes_only_our_switches_that_say_false(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -39,7 +39,7 @@ def test_yes_removes_only_our_switches_that_say_false(tmp_path: Path, capsys: py
     assert status == EXIT_OK
     assert labels == {DCGM: "true", "team": "ml", "kubernetes.io/hostname": "gpu-node-09"}
     assert requests[-1][0] == "PATCH" and requests[-1][2] == "application/merge-patch+json"
-    assert f"removed {DEVICE_PLUGIN_LABEL}, {GFD}" in capsys.readouterr().out
+    assert f"removed {DEVICE_PLUGIN_LABEL}, {GFD}, {NODE_LABEL}" in capsys.readouterr().out
 
 
 def test_a_node_still_in_the_stack_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

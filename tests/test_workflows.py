@@ -26,7 +26,7 @@ def load(name: str) -> dict[Any, Any]:
 
 
 def test_the_workflows_are_schema_valid() -> None:
-    assert [p.name for p in WORKFLOWS] == ["preview.yml", "up.yml"]
+    assert [p.name for p in WORKFLOWS] == ["preview.yml", "up-stack.yml", "up.yml"]
     result = validate(*WORKFLOWS)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -61,19 +61,87 @@ def test_preview_runs_tests_comments_the_render_diff_and_previews_every_stack() 
     preview = workflow["jobs"]["pulumi-preview"]
     assert preview["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.test-and-render-diff.outputs.stacks) }}"
     (step,) = pulumi_steps(workflow, "pulumi-preview")
-    assert step["uses"] == "pulumi/actions@v7"
     assert step["with"]["command"] == "preview" and step["with"]["comment-on-pr"] is True
     assert step["with"]["cloud-url"] == "${{ secrets.PULUMI_BACKEND_URL }}"
     assert step["env"]["KUBECONFIG"] == "${{ runner.temp }}/kubeconfig"
     assert step["with"]["policyPacks"] == "policy"
 
 
-def test_up_is_guarded_by_an_environment() -> None:
+def pulumi_step_sets() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(job, pulumi step) for every job that runs Pulumi."""
+    preview, up = load("preview.yml"), load("up-stack.yml")
+    return [
+        (preview["jobs"]["pulumi-preview"], pulumi_steps(preview, "pulumi-preview")[0]),
+        (up["jobs"]["up"], pulumi_steps(up, "up")[0]),
+    ]
+
+
+def test_stacks_are_created_when_missing_with_the_pinned_cli() -> None:
+    version = (ROOT / ".pulumi-version").read_text().strip()
+    pinned = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("pulumi=="))
+    assert pinned == f"pulumi=={version}"  # the CLI and the SDK move together
+    for _, step in pulumi_step_sets():
+        assert step["uses"] == "pulumi/actions@v7"
+        assert step["with"]["upsert"] is True and step["with"]["secrets-provider"] == "passphrase"
+        assert step["with"]["pulumi-version-file"] == ".pulumi-version"
+
+
+def test_every_pulumi_job_runs_in_its_stacks_environment_with_a_timeout() -> None:
+    preview, up = (job for job, _ in pulumi_step_sets())
+    assert preview["environment"] == "${{ matrix.stack }}"
+    assert up["environment"] == "${{ inputs.stack }}"
+    for name in ("preview.yml", "up-stack.yml", "up.yml"):
+        for job_name, job in load(name)["jobs"].items():
+            if "uses" not in job:  # a called workflow's jobs carry their own
+                assert 0 < job["timeout-minutes"] <= 60, (name, job_name)
+
+
+def test_current_action_majors() -> None:
+    wanted = {"actions/checkout": "v5", "actions/setup-python": "v6", "actions/github-script": "v8"}
+    wanted |= {"actions/upload-artifact": "v5", "pulumi/actions": "v7"}
+    for name in ("preview.yml", "up-stack.yml", "up.yml"):
+        for job in load(name)["jobs"].values():
+            for step in job.get("steps", []):
+                if "uses" in step:
+                    action, _, major = step["uses"].partition("@")
+                    assert wanted[action] == major, step["uses"]
+
+
+def test_the_render_diff_comment_is_trimmed_to_githubs_limit() -> None:
+    script = next(
+        s["with"]["script"]
+        for s in load("preview.yml")["jobs"]["test-and-render-diff"]["steps"]
+        if "github-script" in str(s.get("uses"))
+    )
+    assert "const limit = 60000;" in script and "artifact of [this run]" in script
+    uploads = [
+        s
+        for s in load("preview.yml")["jobs"]["test-and-render-diff"]["steps"]
+        if "upload-artifact" in str(s.get("uses"))
+    ]
+    assert uploads and uploads[0]["with"] == {"name": "render-diff", "path": "render-diff.md"}
+
+
+def test_up_runs_prod_only_after_dev_is_up_and_verified() -> None:
     workflow = load("up.yml")
     assert set(workflow[True]) == {"push", "workflow_dispatch"}
     assert workflow[True]["push"]["branches"] == ["main"]
-    up = workflow["jobs"]["up"]
-    assert up["environment"] == "${{ matrix.stack }}"
-    (step,) = pulumi_steps(workflow, "up")
-    assert step["with"]["command"] == "up"
+    jobs = workflow["jobs"]
+    stacks = sorted(
+        p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml")
+    )
+    assert sorted(j["with"]["stack"] for j in jobs.values() if "with" in j) == stacks  # every stack has its job
+    assert jobs["up-prod"]["needs"] == ["test", "up-dev"]
+    assert "needs.up-dev.result == 'success'" in jobs["up-prod"]["if"]
+    up_stack = load("up-stack.yml")["jobs"]["up"]
+    (step,) = pulumi_steps(load("up-stack.yml"), "up")
+    assert step["with"]["command"] == "up" and step["with"]["refresh"] is True
     assert step["with"]["policyPacks"] == "policy"
+    verify = up_stack["steps"][-1]
+    assert "python -m cluster.verify --stack" in verify["run"]  # a mismatch fails the job
+
+
+def test_the_policy_pack_needs_nothing_pulumi_does_not_install() -> None:
+    """The pack runs in the project's virtualenv (PulumiPolicy.yaml), which Pulumi fills from requirements.txt."""
+    assert "virtualenv: ../.venv" in (ROOT / "policy" / "PulumiPolicy.yaml").read_text()
+    assert any(line.startswith("pulumi-policy==") for line in (ROOT / "requirements.txt").read_text().splitlines())
