@@ -3,10 +3,9 @@
 A node that leaves a stack keeps the labels hidden-gpu set (the label patches are retained on
 delete), so it stays hidden: the safe state. This command is the deliberate way back. It removes
 only the operator switches hidden-gpu sets where they still say `false`, and its own node and pool
-labels; the operator then
-deploys its own device plugin, which advertises every GPU of the node. Without --yes it only says
-what it would do. Run `python -m host.discover --check` on the node first: after this, every GPU
-there is Kubernetes'.
+labels; the operator then deploys its own device plugin, which advertises every GPU of the node.
+Without --yes it only says what it would do. Run `python -m host.discover --check` on the node
+first: after this, every GPU there is Kubernetes'.
 """
 
 from __future__ import annotations

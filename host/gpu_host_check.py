@@ -94,6 +94,14 @@ def timings(runs: int) -> dict[str, float]:
     return result
 
 
+def stack_from_discover(path: Path, exposed_indices: str, node: str) -> Path:
+    """A stack file whose one node is the entry `discover --expose` writes for this host."""
+    entry = sh(PY, "-m", "host.discover", "--expose", exposed_indices, "--node", node).stdout
+    indented = "\n".join("    " + line for line in entry.splitlines())
+    path.write_text(f"config:\n{CLUSTER}  hidden-gpu:nodes:\n{indented}\n")
+    return path
+
+
 def audit_real_process(workdir: Path) -> dict[str, Any]:
     holder = subprocess.Popen([PY, "-c", HOLD_GPU], stdout=subprocess.PIPE, text=True)
     try:
@@ -108,10 +116,7 @@ def audit_real_process(workdir: Path) -> dict[str, Any]:
             ("gpu0-exposed", "0", "/proc"),
             ("gpu0-hidden-process-in-a-pod", "", str(fake_pod_proc(workdir, holder.pid))),
         ):
-            entry = sh(PY, "-m", "host.discover", "--expose", exposed_indices, "--node", node).stdout
-            stack = workdir / f"Pulumi.{label}.yaml"
-            indented = "\n".join("    " + line for line in entry.splitlines())
-            stack.write_text(f"config:\n{CLUSTER}  hidden-gpu:nodes:\n{indented}\n")
+            stack = stack_from_discover(workdir / f"Pulumi.{label}.yaml", exposed_indices, node)
             check = sh(PY, "-m", "host.discover", "--check", str(stack), "--node", node, check=False)
             audit = sh(
                 PY,
@@ -161,11 +166,7 @@ def audit_in_a_real_pod_cgroup(workdir: Path, pid: int, gpu0: str) -> dict[str, 
     (logs / "pods" / f"ml-team_trainer_{POD_UID}").mkdir(parents=True)
     (logs / "containers").mkdir(parents=True)
     (logs / "containers" / f"trainer_ml-team_main-{CONTAINER_ID}.log").write_text("")
-    stack = workdir / "Pulumi.real-pod.yaml"
-    entry = sh(PY, "-m", "host.discover", "--expose", "0", "--node", "gpu-host-check").stdout
-    stack.write_text(
-        f"config:\n{CLUSTER}  hidden-gpu:nodes:\n" + "\n".join("    " + line for line in entry.splitlines()) + "\n"
-    )
+    stack = stack_from_discover(workdir / "Pulumi.real-pod.yaml", "0", "gpu-host-check")
     results: dict[str, Any] = {"cgroup": (Path("/proc") / str(pid) / "cgroup").read_text().strip()}
     try:
         for label, holder_pod in (("allocated-to-its-pod", "trainer"), ("allocated-to-another-pod", "notebook")):
