@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pulumi
 import pytest
@@ -80,3 +81,44 @@ def test_registry_port_is_not_a_tag() -> None:
     config = changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", "registry.local:5000/plugin"))
     with pytest.raises(InvalidConfigError, match="no tag or digest"):
         parse_project_config(config)
+
+
+@pytest.mark.parametrize(
+    ("change", "line"),
+    [
+        (
+            lambda c: c.pop("kubernetes:context"),
+            "kubernetes:context: required: name the cluster this stack changes",
+        ),
+        (
+            lambda c: c.pop("pulumi:disable-default-providers"),
+            'pulumi:disable-default-providers: must list "kubernetes"',
+        ),
+        (
+            lambda c: c.__setitem__("pulumi:disable-default-providers", ["aws"]),
+            'pulumi:disable-default-providers = ["aws"]: must list "kubernetes"',
+        ),
+        (
+            lambda c: c.__setitem__("kubernetes:contxt", "admin@prod"),
+            "kubernetes:contxt = \"admin@prod\": unknown key; did you mean 'context'?",
+        ),
+        (
+            lambda c: c.__setitem__("kubernetes:namespace", "default"),
+            'kubernetes:namespace = "default": unknown key; the program\'s provider reads only context, kubeconfig, cluster',
+        ),
+    ],
+    ids=["no-context", "default-providers-on", "default-providers-other", "context-typo", "ignored-key"],
+)
+def test_the_cluster_keys_are_required_and_checked(change: Any, line: str) -> None:
+    with pytest.raises(InvalidConfigError) as raised:
+        parse_project_config(changed(change))
+    assert len(raised.value.errors) == 1
+    assert str(raised.value.errors[0]).startswith(line)
+
+
+def test_a_kubeconfig_alone_names_the_cluster() -> None:
+    def kubeconfig_only(config: dict[str, Any]) -> None:
+        del config["kubernetes:context"]
+        config["kubernetes:kubeconfig"] = "~/.kube/prod"
+
+    assert parse_project_config(changed(kubeconfig_only)).nodes
