@@ -330,7 +330,8 @@ def test_watch_publishes_the_violation_gauge_as_it_moves(tmp_path: Path, unused_
         hidden.compute = []
         wait_for(lambda: scrape(unused_port)["hidden_gpu_audit_violations"] == 0.0)
         assert scrape(unused_port)["hidden_gpu_audit_last_success_timestamp_seconds"] > 0
-        assert "hidden_gpu_audit_violations 0.0" in textfile.read_text()
+        # The textfile is written (atomically) after the gauges are set: it catches up within a scan.
+        wait_for(lambda: "hidden_gpu_audit_violations 0.0" in textfile.read_text())
     finally:
         stop.set()
         thread.join()
