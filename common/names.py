@@ -26,6 +26,9 @@ class DeviceListStrategy(StrEnum):
 
     ENVVAR = "envvar"
     VOLUME_MOUNTS = "volume-mounts"
+    # The plugin writes a CDI spec of the GPUs it sees and answers allocations with CDI device
+    # names in the CRI field; containerd injects them natively (the GPU Operator's CDI mode).
+    CDI_CRI = "cdi-cri"
 
 
 class ToolkitSettingsSource(StrEnum):
@@ -172,6 +175,9 @@ KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 # The toolkit reads a container's device requests from mounts below this path.
 DEVICE_REQUEST_DIR = "/var/run/nvidia-container-devices"
 PLUGIN_CONFIG_DIR = "/etc/nvidia-device-plugin"
+# Where CDI specs live on the host, and where the plugin sees the driver root (its Helm chart's mounts).
+CDI_SPEC_DIR = "/var/run/cdi"
+CONTAINER_DRIVER_ROOT = "/driver-root"
 DEV_NULL = "/dev/null"
 
 

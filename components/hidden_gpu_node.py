@@ -11,7 +11,9 @@ import pulumi_kubernetes as k8s
 import yaml
 
 from common.names import (
+    CDI_SPEC_DIR,
     CONFIG_CHECKSUM_ANNOTATION,
+    CONTAINER_DRIVER_ROOT,
     DEV_NULL,
     DEVICE_PLUGIN_LABEL,
     DEVICE_REQUEST_DIR,
@@ -242,6 +244,12 @@ def _env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> li
         env["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
     if config is not None:
         env["CONFIG_FILE"] = f"{PLUGIN_CONFIG_DIR}/{PLUGIN_CONFIG_KEY}"
+    if plugin.device_list_strategy == DeviceListStrategy.CDI_CRI:
+        # The spec the plugin writes lists only what it sees: the exposed GPUs.
+        env["NVIDIA_DRIVER_ROOT"] = plugin.nvidia_driver_root
+        env["CONTAINER_DRIVER_ROOT"] = CONTAINER_DRIVER_ROOT
+        if plugin.nvidia_cdi_hook_path is not None:
+            env["NVIDIA_CDI_HOOK_PATH"] = plugin.nvidia_cdi_hook_path
     return [k8s.core.v1.EnvVarArgs(name=name, value=value) for name, value in env.items()]
 
 
@@ -294,6 +302,21 @@ def _volumes(
                     name=uuid.lower(), mount_path=f"{DEVICE_REQUEST_DIR}/{uuid}", read_only=True
                 )
             )
+    if plugin.device_list_strategy == DeviceListStrategy.CDI_CRI:
+        volumes += [
+            k8s.core.v1.VolumeArgs(
+                name="driver-root",
+                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=plugin.nvidia_driver_root, type="Directory"),
+            ),
+            k8s.core.v1.VolumeArgs(
+                name="cdi-root",
+                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=CDI_SPEC_DIR, type="DirectoryOrCreate"),
+            ),
+        ]
+        mounts += [
+            k8s.core.v1.VolumeMountArgs(name="driver-root", mount_path=CONTAINER_DRIVER_ROOT, read_only=True),
+            k8s.core.v1.VolumeMountArgs(name="cdi-root", mount_path=CDI_SPEC_DIR),
+        ]
     return volumes, mounts
 
 

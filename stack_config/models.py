@@ -129,7 +129,7 @@ def _check_image(value: str) -> str:
 
 
 def _check_host_path(value: str) -> str:
-    if not NORMAL_PATH.fullmatch(value) or DOT_SEGMENT.search(value):
+    if value != "/" and (not NORMAL_PATH.fullmatch(value) or DOT_SEGMENT.search(value)):
         raise ValueError("not an absolute path in normal form (no //, /./, /../ or trailing /)")
     return value
 
@@ -327,6 +327,12 @@ class DevicePluginConfig(_Model):
     """Secrets in the plugin namespace to pull the image with (the Helm chart's `imagePullSecrets`)."""
     resources: PluginResources = PluginResources()
     """The plugin container's requests and limits (the Helm chart's `resources`)."""
+    nvidia_driver_root: HostPath = "/"
+    """With `cdi-cri`: where the driver's files are on the host (the Helm chart's `nvidiaDriverRoot`): `/` for a
+    driver installed on the host, `/run/nvidia/driver` for the GPU Operator's driver container."""
+    nvidia_cdi_hook_path: HostPath | None = None
+    """With `cdi-cri`: the host path of `nvidia-cdi-hook` (the Helm chart's `cdi.nvidiaHookPath`), e.g.
+    `/usr/local/nvidia/toolkit/nvidia-cdi-hook` where the GPU Operator installs the toolkit."""
     volume_mounts_accepted_by: Annotated[ToolkitSettingsSource, LaxEnum] | None = None
     """Required with `volume-mounts`: who makes the toolkit read those mounts
     (`accept-nvidia-visible-devices-as-volume-mounts = true`). `clusterPolicy`: this stack's ClusterPolicy patch;
@@ -430,8 +436,13 @@ def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
 
 
 def _toolkit_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
-    """volume-mounts needs a toolkit that reads the mounts, and the stack must say who sets that."""
+    """volume-mounts needs a toolkit that reads the mounts, and the stack must say who sets that;
+    cdi-cri needs to know where the driver is."""
     plugin = stack.device_plugin
+    cdi = plugin.device_list_strategy == DeviceListStrategy.CDI_CRI
+    for key, field in (("nvidiaDriverRoot", "nvidia_driver_root"), ("nvidiaCdiHookPath", "nvidia_cdi_hook_path")):
+        if field in plugin.model_fields_set and not cdi:
+            yield ("devicePlugin", key), getattr(plugin, field), "only means something with deviceListStrategy cdi-cri"
     source = plugin.volume_mounts_accepted_by
     if plugin.device_list_strategy == DeviceListStrategy.VOLUME_MOUNTS and source is None:
         yield (

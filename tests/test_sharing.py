@@ -229,3 +229,34 @@ def test_discover_exposes_a_mig_gpu_by_its_mig_devices(capsys: pytest.CaptureFix
         "migDevices": {PARENT: [MIG_A, MIG_B]},
     }
     parse_project_config({**CLUSTER, "hidden-gpu:nodes": [entry]})
+
+
+def test_cdi_cri_plugin_writes_its_spec_and_stays_unprivileged() -> None:
+    """The GPU Operator's CDI mode: the pinned plugin answers with CDI names and writes a spec of the
+    GPUs it sees (only the exposed ones); it needs the host's CDI directory and the driver root."""
+    keys = {"deviceListStrategy": "cdi-cri", "nvidiaDriverRoot": "/run/nvidia/driver"}
+    keys["nvidiaCdiHookPath"] = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+    run = run_program(changed(lambda c: c["hidden-gpu:devicePlugin"].update(keys)), "test")
+    daemonset, pod = plugin(run)
+    container = pod["containers"][0]
+    env = env_of(container)
+    assert env["DEVICE_LIST_STRATEGY"] == "cdi-cri" and env["NVIDIA_VISIBLE_DEVICES"] == EXPOSED
+    assert env["NVIDIA_DRIVER_ROOT"] == "/run/nvidia/driver" and env["CONTAINER_DRIVER_ROOT"] == "/driver-root"
+    assert env["NVIDIA_CDI_HOOK_PATH"] == "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+    volumes = {v["name"]: v["hostPath"] for v in pod["volumes"]}
+    assert volumes["driver-root"] == {"path": "/run/nvidia/driver", "type": "Directory"}
+    assert volumes["cdi-root"] == {"path": "/var/run/cdi", "type": "DirectoryOrCreate"}
+    assert {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True} in container["volumeMounts"]
+    assert container["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    for version in ("1.30", "1.37"):
+        kubernetes_validate.validate(daemonset, version, strict=True)
+
+
+def test_driver_root_only_with_cdi_cri() -> None:
+    config = changed(lambda c: c["hidden-gpu:devicePlugin"].update({"nvidiaDriverRoot": "/run/nvidia/driver"}))
+    with pytest.raises(InvalidConfigError, match="only means something with deviceListStrategy cdi-cri"):
+        parse_project_config(config)

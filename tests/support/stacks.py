@@ -298,10 +298,10 @@ REJECTIONS = [
     ),
     Rejection(
         "device-list-strategy-unknown",
-        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("deviceListStrategy", "cdi-cri")),
+        changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("deviceListStrategy", "cdi-annotations")),
         "hidden-gpu:devicePlugin.deviceListStrategy",
-        '"cdi-cri"',
-        "must be one of 'envvar' or 'volume-mounts'",
+        '"cdi-annotations"',
+        "must be one of 'envvar', 'volume-mounts' or 'cdi-cri'",
     ),
     Rejection(
         "volume-mounts-without-the-toolkit-setting",
