@@ -94,6 +94,10 @@ def timings(runs: int) -> dict[str, float]:
     return result
 
 
+def run_audit(stack: Path, node: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return sh(PY, "-m", "host.audit", "--stack-file", str(stack), "--node", node, *extra, check=False)
+
+
 def stack_from_discover(path: Path, exposed_indices: str, node: str) -> Path:
     """A stack file whose one node is the entry `discover --expose` writes for this host."""
     entry = sh(PY, "-m", "host.discover", "--expose", exposed_indices, "--node", node).stdout
@@ -118,19 +122,7 @@ def audit_real_process(workdir: Path) -> dict[str, Any]:
         ):
             stack = stack_from_discover(workdir / f"Pulumi.{label}.yaml", exposed_indices, node)
             check = sh(PY, "-m", "host.discover", "--check", str(stack), "--node", node, check=False)
-            audit = sh(
-                PY,
-                "-m",
-                "host.audit",
-                "--stack-file",
-                str(stack),
-                "--node",
-                node,
-                "--proc-root",
-                proc_root,
-                "--json",
-                check=False,
-            )
+            audit = run_audit(stack, node, "--proc-root", proc_root, "--json")
             report: dict[str, Any] = json.loads(audit.stdout) if audit.stdout else {"stderr": audit.stderr}
             results[label] = {
                 "checkExit": check.returncode,
@@ -175,19 +167,13 @@ def audit_in_a_real_pod_cgroup(workdir: Path, pid: int, gpu0: str) -> dict[str, 
                 pods={("ml-team", holder_pod): {"main": {"nvidia.com/gpu": [gpu0]}}},
             )
             with serve(workdir / "kubelet.sock", kubelet):
-                audit = sh(
-                    PY,
-                    "-m",
-                    "host.audit",
-                    "--stack-file",
-                    str(stack),
-                    "--node",
+                audit = run_audit(
+                    stack,
                     "gpu-host-check",
                     "--log-root",
                     str(logs),
                     "--pod-resources-socket",
                     str(workdir / "kubelet.sock"),
-                    check=False,
                 )
             results[label] = {
                 "auditExit": audit.returncode,
