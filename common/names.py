@@ -165,6 +165,8 @@ BASELINE_CAPABILITIES = (
 # Resources NVIDIA's device plugin advertises: nvidia.com/gpu, nvidia.com/gpu.shared (time-slicing
 # with renameByDefault), nvidia.com/mig-<profile> (MIG mixed).
 NVIDIA_RESOURCE_PATTERN = r"^nvidia\.com/(gpu|gpu\..+|mig-.+)$"
+# A "." or ".." path segment: paths holding one are not in the normal form filepath.Clean leaves.
+DOT_SEGMENT_PATTERN = r"/\.\.?(/|$)"
 # containerd turns pod annotations with this prefix into CDI device requests.
 CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 

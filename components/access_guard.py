@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 from common.names import (
     CDI_ANNOTATION_PREFIX,
     DEVICE_REQUEST_DIR,
+    DOT_SEGMENT_PATTERN,
     ENV_KEYS_POLICY_NAME,
     NO_GPU_VALUES,
     NVIDIA_RESOURCE_PATTERN,
@@ -44,7 +45,6 @@ DEVICE_REQUEST_ROOTS = [DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/va
 POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
 # Absolute, no empty, "." or ".." segment (a trailing "/" is fine): what filepath.Clean leaves alone.
 NORMAL_PATH = r"^(/[^/]+)*/?$"
-DOT_SEGMENT = r"/\.\.?(/|$)"
 REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
 
 
@@ -203,7 +203,9 @@ def rules(args: AccessGuardArgs) -> list[Rule]:
         ),
         Rule(
             "mount-paths-normal",
-            mounts.format(f"m.mountPath.matches({cel(NORMAL_PATH)}) && !m.mountPath.matches({cel(DOT_SEGMENT)})"),
+            mounts.format(
+                f"m.mountPath.matches({cel(NORMAL_PATH)}) && !m.mountPath.matches({cel(DOT_SEGMENT_PATTERN)})"
+            ),
             "mountPath must be absolute and in normal form (no //, /./ or /../): the NVIDIA toolkit "
             "cleans paths before it reads device requests from them",
         ),

@@ -21,6 +21,7 @@ from common.names import (
     DEFAULT_EXEMPT_NAMESPACES,
     DEFAULT_PLUGIN_IMAGE,
     DEFAULT_PLUGIN_NAMESPACE,
+    DOT_SEGMENT_PATTERN,
     OPERATOR_RUNTIME_CLASSES,
     POOL_CLASS_INFIX,
     DeviceListStrategy,
@@ -43,7 +44,7 @@ IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # An absolute path as the toolkit's filepath.Clean would leave it; the guard compares paths so.
 NORMAL_PATH = re.compile(r"(/[^/]+)+")
-DOT_SEGMENT = re.compile(r"/\.\.?(/|$)")
+DOT_SEGMENT = re.compile(DOT_SEGMENT_PATTERN)
 CAPABILITY = re.compile(r"[A-Z][A-Z0-9_]*")
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(m|k|M|G|T|Ki|Mi|Gi|Ti)?")
 LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -267,9 +268,7 @@ class NodeConfig(_Model):
 
     @model_validator(mode="after")
     def _rules_across_fields(self) -> NodeConfig:
-        problems = list(_node_problems(self))
-        if problems:
-            raise FieldProblemsError(problems)
+        _raise_any(_node_problems(self))
         return self
 
 
@@ -397,10 +396,15 @@ class StackConfig(_Model):
 
     @model_validator(mode="after")
     def _rules_across_fields(self) -> StackConfig:
-        problems = list(_stack_problems(self))
-        if problems:
-            raise FieldProblemsError(problems)
+        _raise_any(_stack_problems(self))
         return self
+
+
+def _raise_any(problems: Iterator[tuple[Loc, Any, str]]) -> None:
+    """Raise every problem a rule found at once, so they are reported together with the field errors."""
+    found = list(problems)
+    if found:
+        raise FieldProblemsError(found)
 
 
 def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:

@@ -14,10 +14,10 @@ from pathlib import Path
 import grpc
 
 from common.cli import UnavailableError
+from common.names import NVIDIA_RESOURCE_PATTERN
 from host.podresources import api_pb2, api_pb2_grpc
 
-# NVIDIA's resources: nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-<profile>.
-NVIDIA_RESOURCE = re.compile(r"nvidia\.com/(gpu|gpu\..+|mig-.+)")
+NVIDIA_RESOURCE = re.compile(NVIDIA_RESOURCE_PATTERN)
 REPLICA_SUFFIX = "::"
 TIMEOUT_SECONDS = 5.0
 
