@@ -95,8 +95,10 @@ class _RecordingMonitor(MockMonitor):
         self.thread_loops: set[asyncio.AbstractEventLoop] = set()
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
-        response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
-        self._keep_thread_loop()
+        try:
+            response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
+        finally:  # a registration that fails has made its thread's loop all the same
+            self._keep_thread_loop()
         if request.type != "pulumi:pulumi:Stack":
             self._run.resources.append(
                 Declared(
@@ -114,8 +116,10 @@ class _RecordingMonitor(MockMonitor):
         return response
 
     def ReadResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
-        response = super().ReadResource(request)  # type: ignore[no-untyped-call]
-        self._keep_thread_loop()
+        try:
+            response = super().ReadResource(request)  # type: ignore[no-untyped-call]
+        finally:
+            self._keep_thread_loop()
         self._run.reads.append((request.type, request.id))
         return response
 
@@ -131,19 +135,23 @@ def _own_event_loops(monitor: _RecordingMonitor) -> Iterator[None]:
     made: what is closed is never finalised by the collector at interpreter exit."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    failed = False
     try:
         yield
     except BaseException:
-        # The run's own exception says what failed; the futures it abandoned would each add a
-        # "Future exception was never retrieved" when collected.
-        for abandoned in (loop, *monitor.thread_loops):
-            abandoned.set_exception_handler(lambda _loop, _context: None)
+        failed = True
         raise
     finally:
-        for thread_loop in monitor.thread_loops:
-            if not thread_loop.is_closed() and not thread_loop.is_running():
-                thread_loop.close()
+        # First let the executor's threads finish: after a failure some are still answering
+        # registrations, and each may add its loop to thread_loops while it is read.
         loop.run_until_complete(loop.shutdown_default_executor())
+        for each in (loop, *monitor.thread_loops):
+            if failed:
+                # The run's own exception says what failed; the futures it abandoned would each
+                # add a "Future exception was never retrieved" when collected.
+                each.set_exception_handler(lambda _loop, _context: None)
+            if each is not loop and not each.is_closed() and not each.is_running():
+                each.close()
         loop.close()
         asyncio.set_event_loop(None)
 
