@@ -11,6 +11,8 @@ import contextlib
 import gc
 import json
 import threading
+import traceback
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,12 @@ from components.sdk import MockMonitor, reset_run_state, root_outputs, run_sync
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 # A collection threshold no run reaches.
 NEVER = 1_000_000_000
+# Pulumi's Output coroutines that a run leaves unstarted: made where no event loop was current (its
+# ensure_future raises and drops the coroutine), or abandoned with a failed run. Harmless once the
+# run is over, but each warns when collected, at a time that belongs to whatever runs next.
+ABANDONED_OUTPUT = r"coroutine 'Output\."
+# How long cancelled leftovers of a run may take to unwind.
+UNWIND_SECONDS = 5
 
 
 @dataclass(frozen=True)
@@ -132,28 +140,66 @@ class _RecordingMonitor(MockMonitor):
 @contextlib.contextmanager
 def _own_event_loops(monitor: _RecordingMonitor) -> Iterator[None]:
     """A fresh event loop for the run, closed afterwards with every loop the mock monitor's threads
-    made: what is closed is never finalised by the collector at interpreter exit."""
+    made: what is closed is never finalised by the collector at interpreter exit. Whatever the run
+    leaves behind is finished and collected here, not in whatever runs next."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     failed = False
-    try:
-        yield
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        # First let the executor's threads finish: after a failure some are still answering
-        # registrations, and each may add its loop to thread_loops while it is read.
-        loop.run_until_complete(loop.shutdown_default_executor())
-        for each in (loop, *monitor.thread_loops):
-            if failed:
-                # The run's own exception says what failed; the futures it abandoned would each
-                # add a "Future exception was never retrieved" when collected.
-                each.set_exception_handler(lambda _loop, _context: None)
-            if each is not loop and not each.is_closed() and not each.is_running():
-                each.close()
-        loop.close()
-        asyncio.set_event_loop(None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=ABANDONED_OUTPUT, category=RuntimeWarning)
+        try:
+            yield
+        except BaseException as error:
+            failed = True
+            _release_frames(error)
+            raise
+        finally:
+            # First let the executor's threads finish: after a failure some are still answering
+            # registrations, and each may add its loop to thread_loops while it is read.
+            loop.run_until_complete(loop.shutdown_default_executor())
+            for each in (loop, *monitor.thread_loops):
+                if failed:
+                    # The run's own exception says what failed; the futures it abandoned would each
+                    # add a "Future exception was never retrieved" when collected.
+                    each.set_exception_handler(lambda _loop, _context: None)
+                _finish_pending_tasks(each)
+                if each is not loop and not each.is_closed() and not each.is_running():
+                    each.close()
+            loop.close()
+            asyncio.set_event_loop(None)
+            reset_run_state()
+            # Older generations are not collected during a run (_young_collections_only), so all
+            # of the run's garbage is in the two young ones.
+            gc.collect(1)
+
+
+def _release_frames(error: BaseException) -> None:
+    """Let go of the locals in a failed run's tracebacks: through them the caller who keeps the
+    exception would keep what the run abandoned (Outputs, coroutines), to be collected later,
+    elsewhere. The lines of the traceback stay."""
+    seen: set[int] = set()
+    chain = [error]
+    while chain:
+        each = chain.pop()
+        if id(each) in seen:
+            continue
+        seen.add(id(each))
+        traceback.clear_frames(each.__traceback__)
+        chain.extend(linked for linked in (each.__cause__, each.__context__) if linked is not None)
+        if isinstance(each, BaseExceptionGroup):
+            chain.extend(each.exceptions)
+
+
+def _finish_pending_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a run left pending on `loop` and let them unwind: a task dropped unstarted
+    would warn that its coroutine was never awaited when the collector finds it."""
+    if loop.is_closed() or loop.is_running():
+        return
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending, timeout=UNWIND_SECONDS))
 
 
 @contextlib.contextmanager
@@ -203,7 +249,7 @@ def run_callable(
         run.outputs.update(await _resolved(root_outputs()))
 
     with _own_event_loops(monitor), _young_collections_only():
-        # A run that failed leaves its pending tasks behind; none of them may reach this run.
+        # Whatever ran Pulumi before (a `@pulumi.runtime.test`, say) may have left state behind.
         reset_run_state()
         pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
         # Pulumi hands a program structured config as JSON strings, plain strings as they are.

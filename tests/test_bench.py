@@ -3,11 +3,15 @@ the command runs, and a run resolves exports and leaves the collector as it was.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
 import subprocess
 import sys
+import threading
+import traceback
+import warnings
 from pathlib import Path
 
 import pulumi
@@ -90,3 +94,42 @@ def test_a_bench_worker_keeps_to_one_cpu() -> None:
     assert len(os.sched_getaffinity(0)) > 1
     result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "1"
+
+
+def test_what_a_run_abandons_is_finished_and_collected_inside_the_run() -> None:
+    leftovers: list[asyncio.Task[None]] = []
+
+    def program() -> None:
+        # An Output built on a thread with no event loop: ensure_future raises and drops Pulumi's
+        # coroutine unstarted, its traceback kept in a cycle that only the collector frees.
+        output = pulumi.Output.from_input(1)
+        kept: list[object] = []
+
+        def build_elsewhere() -> None:
+            try:
+                output.apply(str)
+            except RuntimeError as error:
+                kept.extend((error, kept))
+
+        worker = threading.Thread(target=build_elsewhere)
+        worker.start()
+        worker.join()
+        assert kept, "the thread had an event loop after all"
+        leftovers.append(asyncio.ensure_future(asyncio.sleep(3600)))  # work nobody awaits
+        raise ValueError("the program fails")
+
+    unraisable: list[str] = []
+    try:
+        run_callable(program, "bench")
+    except ValueError as failure:  # let go of at the end of the block, as a caller would
+        lines = "".join(traceback.format_tb(failure.__traceback__))
+    assert "raise ValueError" in lines  # the traceback keeps its lines
+    assert leftovers.pop().cancelled()
+    hook, sys.unraisablehook = sys.unraisablehook, lambda raised: unraisable.append(str(raised.exc_value))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert unraisable == []
