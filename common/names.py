@@ -94,6 +94,8 @@ PLUGIN_NETWORK_POLICY = f"{PLUGIN_NAME}-no-network"
 POLICY_NAME = f"{PROJECT}-access-guard"
 # The guard's second policy: ConfigMap and Secret keys a container's envFrom would turn into env.
 ENV_KEYS_POLICY_NAME = f"{PROJECT}-env-keys"
+# The optional mutating policy that adds NVIDIA_VISIBLE_DEVICES=void where a container would otherwise be denied.
+VOID_POLICY_NAME = f"{PROJECT}-add-void"
 QUOTA_NAME = f"{PROJECT}-quota"
 DEFAULT_PLUGIN_NAMESPACE = f"{PROJECT}-system"
 DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
@@ -209,4 +211,6 @@ class Token:
     NETWORK_POLICY = "kubernetes:networking.k8s.io/v1:NetworkPolicy"
     ADMISSION_POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
     ADMISSION_BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+    MUTATING_POLICY = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
+    MUTATING_BINDING = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicyBinding"
     CLUSTER_POLICY_PATCH = "kubernetes:nvidia.com/v1:ClusterPolicyPatch"

@@ -32,6 +32,7 @@ from common.names import (
     PROJECT,
     RUNTIME_CLASS_PREFIX,
     VISIBLE_DEVICES_ENV,
+    VOID_POLICY_NAME,
     GuardMode,
     Token,
 )
@@ -45,6 +46,10 @@ DEVICE_REQUEST_ROOTS = [DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/va
 POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
 # Absolute, no empty, "." or ".." segment (a trailing "/" is fine): what filepath.Clean leaves alone.
 NORMAL_PATH = r"^(/[^/]+)*/?$"
+# The pod's container lists, in the order the kubelet starts them.
+CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+# What the optional mutating policy sets: the toolkit gives a container with it no GPU.
+VOID = NO_GPU_VALUES[0]
 REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
 
 
@@ -90,6 +95,9 @@ class AccessGuardArgs:
     """Every container runs the toolkit, whatever its RuntimeClass."""
     allow_resource_claims: bool
     """Admit pods with resourceClaims."""
+    add_void: bool
+    """Also declare the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void to new containers that would
+    otherwise be denied for lack of a GPU request."""
 
     @classmethod
     def of(cls, stack: StackConfig) -> AccessGuardArgs:
@@ -103,26 +111,28 @@ class AccessGuardArgs:
             nvidia_runtime_classes=list(guard.nvidia_runtime_classes),
             nvidia_is_default_runtime=guard.nvidia_is_default_runtime,
             allow_resource_claims=guard.allow_resource_claims,
+            add_void=guard.add_void,
         )
 
 
 def _containers(obj: str) -> str:
     """Every container of a pod object, init and ephemeral ones included (`dyn`: three element types)."""
-    kinds = ("initContainers", "containers", "ephemeralContainers")
-    return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in kinds)
+    return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in CONTAINER_KINDS)
+
+
+def nvidia_runtime(args: AccessGuardArgs) -> str:
+    """CEL: the pod's containers run under the NVIDIA toolkit."""
+    if args.nvidia_is_default_runtime:
+        return "true"
+    return (
+        "has(object.spec.runtimeClassName) && (object.spec.runtimeClassName"
+        f".startsWith({cel(RUNTIME_CLASS_PREFIX)})"
+        f" || object.spec.runtimeClassName in {cel(sorted(args.nvidia_runtime_classes))})"
+    )
 
 
 def variables(args: AccessGuardArgs) -> list[tuple[str, str]]:
     allowed_paths = cel(sorted(args.allowed_host_paths))
-    runtime = (
-        "true"
-        if args.nvidia_is_default_runtime
-        else (
-            "has(object.spec.runtimeClassName) && (object.spec.runtimeClassName"
-            f".startsWith({cel(RUNTIME_CLASS_PREFIX)})"
-            f" || object.spec.runtimeClassName in {cel(sorted(args.nvidia_runtime_classes))})"
-        )
-    )
     return [
         ("creating", "request.operation == 'CREATE'"),
         ("allContainers", _containers("object")),
@@ -130,7 +140,7 @@ def variables(args: AccessGuardArgs) -> list[tuple[str, str]]:
         # What this request adds: every container on CREATE; on UPDATE the new or changed ones
         # (an ephemeral container, an image change), never what was already admitted.
         ("containers", "variables.allContainers.filter(c, !variables.oldContainers.exists(o, o == c))"),
-        ("nvidiaRuntime", runtime),
+        ("nvidiaRuntime", nvidia_runtime(args)),
         (
             "hostPathVolumes",
             "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, v.name) : []",
@@ -152,6 +162,10 @@ def _requests_nvidia(c: str) -> str:
         f"has({c}.resources) && has({c}.resources.limits) && {c}.resources.limits.exists(k,"
         f" k.matches({cel(NVIDIA_RESOURCE_PATTERN)}) && {c}.resources.limits[k].matches({cel(POSITIVE_QUANTITY)}))"
     )
+
+
+def _names_visible_devices(c: str) -> str:
+    return f"has({c}.env) && {c}.env.exists(e, e.name == {cel(VISIBLE_DEVICES_ENV)})"
 
 
 def _capability_pattern(allowed: list[str]) -> str:
@@ -258,6 +272,40 @@ ENV_KEY_RULE = Rule(
 )
 
 
+def void_variables() -> list[tuple[str, str]]:
+    """Per container kind, the names of the new containers the pod rules would deny for want of a GPU request:
+    no positive NVIDIA request and no NVIDIA_VISIBLE_DEVICES of their own. New: every one on CREATE; on UPDATE
+    (`kubectl debug`) those oldObject lacks. A container that requests a GPU is never among them."""
+    result = [("creating", "request.operation == 'CREATE'")]
+    for kind in CONTAINER_KINDS:
+        new = (
+            f"variables.creating || oldObject == null || !has(oldObject.spec.{kind})"
+            f" || !oldObject.spec.{kind}.exists(o, o.name == c.name)"
+        )
+        result.append(
+            (
+                f"{kind}ToVoid",
+                f"!has(object.spec.{kind}) ? [] : object.spec.{kind}.filter(c, !({_requests_nvidia('c')})"
+                f" && !({_names_visible_devices('c')}) && ({new})).map(c, c.name)",
+            )
+        )
+    return result
+
+
+def void_mutation() -> str:
+    """CEL: an apply configuration that adds NVIDIA_VISIBLE_DEVICES=void to exactly the containers
+    void_variables names. Pod container lists and env are lists keyed by name, so the API server's
+    merge keeps every container and variable it does not name (docs/security.md has the lines)."""
+
+    def named(kind: str) -> str:
+        item = f"Object.spec.{kind}"
+        env = f"{item}.env{{name: {cel(VISIBLE_DEVICES_ENV)}, value: {cel(VOID)}}}"
+        return f"variables.{kind}ToVoid.map(n, {item}{{name: n, env: [{env}]}})"
+
+    fields = ", ".join(f"{kind}: {named(kind)}" for kind in CONTAINER_KINDS)
+    return f"Object{{spec: Object.spec{{{fields}}}}}"
+
+
 def denial(rule: Rule) -> str:
     """What a denied user reads: which rule, why, and what to do instead."""
     return f"{PROJECT} guard, rule {rule.name}: {rule.message}"
@@ -278,7 +326,8 @@ def exemption(args: AccessGuardArgs) -> str:
 
 class AccessGuard(pulumi.ComponentResource):
     """Two ValidatingAdmissionPolicies and their bindings: one over Pods (and `kubectl debug`'s
-    ephemeral containers), one over the ConfigMap and Secret keys envFrom would turn into env."""
+    ephemeral containers), one over the ConfigMap and Secret keys envFrom would turn into env; with
+    `add_void`, a MutatingAdmissionPolicy that lets new containers without a GPU request pass."""
 
     policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
     """The pod rules, in standard CEL."""
@@ -288,6 +337,10 @@ class AccessGuard(pulumi.ComponentResource):
     """The ConfigMap and Secret rule."""
     env_keys_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
     """Binds the ConfigMap and Secret rule with the same actions."""
+    void_policy: k8s.admissionregistration.v1.MutatingAdmissionPolicy | None
+    """Adds NVIDIA_VISIBLE_DEVICES=void where the pod rules would deny a container for want of a request."""
+    void_binding: k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding | None
+    """Binds the mutating policy."""
 
     def __init__(self, name: str, args: AccessGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.ACCESS_GUARD, name, None, opts)
@@ -297,7 +350,65 @@ class AccessGuard(pulumi.ComponentResource):
         self.env_keys_policy, self.env_keys_binding = self._policy(
             f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, args
         )
-        self.register_outputs({"policy": self.policy.metadata.name, "mode": str(args.mode)})
+        self.void_policy, self.void_binding = (
+            self._void_policy(f"{name}-void-policy", f"{name}-void-binding", args) if args.add_void else (None, None)
+        )
+        self.register_outputs({"policy": self.policy.metadata.name, "mode": str(args.mode), "addsVoid": args.add_void})
+
+    def _void_policy(
+        self, policy_resource: str, binding_resource: str, args: AccessGuardArgs
+    ) -> tuple[
+        k8s.admissionregistration.v1.MutatingAdmissionPolicy,
+        k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding,
+    ]:
+        labels = {PART_OF_LABEL: PART_OF}
+        policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(
+            policy_resource,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=VOID_POLICY_NAME, labels=labels),
+            spec=k8s.admissionregistration.v1.MutatingAdmissionPolicySpecArgs(
+                failure_policy="Fail",
+                # A sidecar a webhook injects after this policy ran gets its void on the second pass.
+                reinvocation_policy="IfNeeded",
+                match_constraints=k8s.admissionregistration.v1.MatchResourcesArgs(
+                    resource_rules=[
+                        k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
+                            api_groups=[""],
+                            api_versions=["v1"],
+                            operations=["CREATE", "UPDATE"],
+                            resources=["pods", "pods/ephemeralcontainers"],
+                        )
+                    ]
+                ),
+                match_conditions=[
+                    k8s.admissionregistration.v1.MatchConditionArgs(
+                        name="not-exempt-namespace", expression=f"!({exemption(args)})"
+                    ),
+                    k8s.admissionregistration.v1.MatchConditionArgs(
+                        name="nvidia-runtime", expression=nvidia_runtime(args)
+                    ),
+                ],
+                variables=[
+                    k8s.admissionregistration.v1.VariableArgs(name=var_name, expression=expression)
+                    for var_name, expression in void_variables()
+                ],
+                mutations=[
+                    k8s.admissionregistration.v1.MutationArgs(
+                        patch_type="ApplyConfiguration",
+                        apply_configuration=k8s.admissionregistration.v1.ApplyConfigurationArgs(
+                            expression=void_mutation()
+                        ),
+                    )
+                ],
+            ),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        binding = k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
+            binding_resource,
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=VOID_POLICY_NAME, labels=labels),
+            spec=k8s.admissionregistration.v1.MutatingAdmissionPolicyBindingSpecArgs(policy_name=policy.metadata.name),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        return policy, binding
 
     def _policy(
         self, policy_resource: str, binding_resource: str, spec: PolicySpec, args: AccessGuardArgs

@@ -70,7 +70,8 @@ def summary(rendered: Rendered, out_dir: Path) -> str:
     guard = rendered.stack.guard
     labels = ", ".join(f"{k}={v}" for k, v in sorted(guard.exempt_namespace_labels.items())) or "none"
     exempt = ", ".join(rendered.stack.exempt_namespaces)
-    lines.append(f"  guard: {guard.mode}; exempt namespaces: {exempt}; exempt by label: {labels}")
+    adds_void = "; adds NVIDIA_VISIBLE_DEVICES=void to new containers without a GPU request" if guard.add_void else ""
+    lines.append(f"  guard: {guard.mode}; exempt namespaces: {exempt}; exempt by label: {labels}{adds_void}")
     lines += [f"warning: {warning}" for warning in quota_warnings(rendered.stack)]
     return "\n".join(lines)
 

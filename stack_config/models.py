@@ -363,6 +363,10 @@ class GuardConfig(_Model):
     allow_resource_claims: bool = False
     """Admit pods with `resourceClaims` (Dynamic Resource Allocation). Off: a DRA GPU driver, if ever installed,
     would hand out devices the stack does not list."""
+    add_void: bool = False
+    """Add `NVIDIA_VISIBLE_DEVICES=void` to each new container under an NVIDIA runtime that neither requests an NVIDIA
+    resource nor sets the variable (a sidecar, an init or `kubectl debug` container), instead of denying it; never to
+    one that requests a GPU. A MutatingAdmissionPolicy: needs Kubernetes 1.36+ (`admissionregistration.k8s.io/v1`)."""
 
 
 class ClusterPolicyConfig(_Model):

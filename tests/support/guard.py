@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
+import re
 from typing import Any
 
 import cel
@@ -111,3 +113,91 @@ def plugin_pod(run: ProgramRun) -> dict[str, Any]:
         "metadata": template["metadata"],
         "spec": copy.deepcopy(template["spec"]),
     }
+
+
+# Keyed lists the void policy may touch: the API server refuses an apply configuration that sets
+# an atomic list (apiserver mutating/patch/smd.go, validatePatch), so nothing else may appear.
+KEYED_LISTS = {"initContainers", "containers", "ephemeralContainers", "env"}
+TYPE_KEY = "@type"
+
+
+def void_policy(run: ProgramRun) -> dict[str, Any]:
+    return only(run.of_type(Token.MUTATING_POLICY)).inputs
+
+
+def as_maps(expression: str) -> str:
+    """An apply-configuration expression with each `Object.a.b{f: v}` initializer read as the map
+    `{"@type": ".a.b", "f": v}`: the tests' engine parses initializers but cannot build them. The
+    type name is kept so `mutate` can check it against the field path, as the API server does."""
+    typed = re.sub(
+        r"Object((?:\.\w+)*)\{", lambda m: "{" + json.dumps(TYPE_KEY) + ": " + json.dumps(m[1]) + ", ", expression
+    )
+    return re.sub(r"([{,]\s*)([A-Za-z_]\w*)\s*:", r'\1"\2":', typed)
+
+
+def _checked(value: Any, path: str) -> Any:
+    """The apply configuration without its type names, each checked against where it stands."""
+    if isinstance(value, list):
+        return [_checked(item, path) for item in value]
+    if not isinstance(value, dict):
+        return value
+    assert value.get(TYPE_KEY) == path, f"initializer {value.get(TYPE_KEY)!r} stands at {path!r}"
+    return {key: _checked(item, f"{path}.{key}") for key, item in value.items() if key != TYPE_KEY}
+
+
+def _merged(live: Any, patch: Any, key: str = "") -> Any:
+    """Server-side apply's merge of a patch into the live object, for the shapes above: maps field
+    by field; keyed lists item by name, keeping the live items the patch does not name."""
+    if isinstance(patch, dict):
+        merged = dict(live) if isinstance(live, dict) else {}
+        for field_name, value in patch.items():
+            if value == [] and not merged.get(field_name):
+                continue  # an empty list adds nothing, and the Pod's JSON omits an empty one
+            merged[field_name] = _merged(merged.get(field_name), value, field_name)
+        return merged
+    if isinstance(patch, list):
+        assert key in KEYED_LISTS, f"the apply configuration sets the atomic list {key!r}"
+        items = [dict(item) for item in live or []]
+        for item in patch:
+            same = [i for i, existing in enumerate(items) if existing["name"] == item["name"]]
+            if same:
+                items[same[0]] = _merged(items[same[0]], item)
+            else:
+                items.append(item)
+        return items
+    return patch
+
+
+def mutate(
+    policy: dict[str, Any],
+    obj: dict[str, Any],
+    namespace: str = TENANT,
+    *,
+    old: dict[str, Any] | None = None,
+    sub_resource: str = "",
+) -> dict[str, Any] | None:
+    """None when the mutating policy does not apply; otherwise the object after its mutations,
+    evaluated in the CEL engine (match conditions, variables, the apply configuration) and merged."""
+    context: dict[str, Any] = {
+        "object": obj,
+        "oldObject": old,
+        "request": {
+            "namespace": namespace,
+            "operation": "CREATE" if old is None else "UPDATE",
+            "subResource": sub_resource,
+        },
+        "namespaceObject": {"metadata": {"name": namespace, "labels": {"kubernetes.io/metadata.name": namespace}}},
+    }
+    spec = policy["spec"]
+    if not all(evaluate(c["expression"], context) for c in spec.get("matchConditions", [])):
+        return None
+    context["variables"] = {}
+    for variable in spec.get("variables", []):
+        context["variables"][variable["name"]] = evaluate(variable["expression"], context)
+    result = copy.deepcopy(obj)
+    for mutation in spec["mutations"]:
+        assert mutation["patchType"] == "ApplyConfiguration"
+        expression = mutation["applyConfiguration"]["expression"]
+        cel.compile(expression)  # the initializers as written parse
+        result = _merged(result, _checked(evaluate(as_maps(expression), context), ""))
+    return result
