@@ -7,7 +7,8 @@ RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. P
 and allocatable equal what the stack advertises, the operator switches are set, no operator plugin
 runs there, and exactly one pinned plugin is Ready there whose NVIDIA_VISIBLE_DEVICES is the
 stack's exposed UUIDs, in order. Stack-wide: the RuntimeClasses, both admission policies (their
-rules), their bindings (the stack's mode) and the quotas exist as the program declares them.
+rules), their bindings (the stack's mode), the void policy if `guard.addVoid` (its variables and
+mutation) and the quotas exist as the program declares them.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
 --kubeconfig say otherwise. Exit 1 on any mismatch, 2 on an invalid stack or kubeconfig, 3 when the
 API server cannot be reached, refuses, or answers something malformed, 4 on an internal error.
@@ -40,10 +41,18 @@ from common.names import (
     POOL_LABEL,
     QUOTA_NAME,
     VISIBLE_DEVICES_ENV,
+    VOID_POLICY_NAME,
     pool_class_name,
     runtime_class_name,
 )
-from components.access_guard import ENV_KEY_RULE, VALIDATION_ACTIONS, AccessGuardArgs, rules
+from components.access_guard import (
+    ENV_KEY_RULE,
+    VALIDATION_ACTIONS,
+    AccessGuardArgs,
+    rules,
+    void_mutation,
+    void_variables,
+)
 from components.hidden_gpu_node import node_labels
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
@@ -74,9 +83,12 @@ class Live:
     policies: dict[str, dict[str, Any]]
     bindings: dict[str, dict[str, Any]]
     quotas: dict[tuple[str, str], dict[str, Any]]
+    # Read only for a stack that declares them: older API servers do not serve the kind.
+    mutating_policies: dict[str, dict[str, Any]]
+    mutating_bindings: dict[str, dict[str, Any]]
 
     @classmethod
-    def read(cls, reader: Reader, plugin_namespace: str) -> Live:
+    def read(cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False) -> Live:
         def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             return {i["metadata"].get("name", ""): i for i in items}
 
@@ -93,6 +105,10 @@ class Live:
                 (q["metadata"].get("namespace", ""), q["metadata"].get("name", "")): q
                 for q in reader.list("/api/v1/resourcequotas", OURS)
             },
+            mutating_policies=by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicies", OURS)) if mutating else {},
+            mutating_bindings=(
+                by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicybindings", OURS)) if mutating else {}
+            ),
         )
 
 
@@ -164,11 +180,26 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
             ",".join(VALIDATION_ACTIONS[args.mode]),
             ",".join(actions) if actions else "<missing>",
         )
+    if args.add_void:
+        yield from _check_void_policy(live)
     for namespace, limit in sorted(stack.quotas.items()):
         quota = live.quotas.get((namespace, QUOTA_NAME))
         hard = ((quota or {}).get("spec") or {}).get("hard") or {}
         actual = hard.get(GPU_QUOTA_KEY, "<missing>") if quota else "<missing>"
         yield Check(namespace, f"ResourceQuota {GPU_QUOTA_KEY}", str(limit), str(actual))
+
+
+def _check_void_policy(live: Live) -> Iterator[Check]:
+    policy = live.mutating_policies.get(VOID_POLICY_NAME)
+    spec = (policy or {}).get("spec") or {}
+    declared = [(v.get("name"), v.get("expression")) for v in spec.get("variables") or []] == void_variables() and [
+        (m.get("applyConfiguration") or {}).get("expression") for m in spec.get("mutations") or []
+    ] == [void_mutation()]
+    actual = "as declared" if declared else ("<missing>" if policy is None else "mutation differs")
+    yield Check("cluster", f"MutatingAdmissionPolicy {VOID_POLICY_NAME}", "as declared", actual)
+    binding = live.mutating_bindings.get(VOID_POLICY_NAME)
+    bound = ((binding or {}).get("spec") or {}).get("policyName")
+    yield Check("cluster", f"binding {VOID_POLICY_NAME} policy", VOID_POLICY_NAME, bound or "<missing>")
 
 
 def table(checks: list[Check]) -> str:
@@ -189,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         config = read_stack_file(stack_file(args))
         stack = parse_project_config(config)
         reader = Reader(api_client(args, config), deadline=time.monotonic() + args.deadline)
-        live = Live.read(reader, stack.device_plugin.namespace)
+        live = Live.read(reader, stack.device_plugin.namespace, mutating=stack.guard.add_void)
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         failed = [c for c in checks if not c.ok]
         if args.json:

@@ -33,6 +33,8 @@ RENDERED_KINDS = {
     Token.ADMISSION_POLICY: "policies",
     Token.ADMISSION_BINDING: "bindings",
     Token.RESOURCE_QUOTA: "quotas",
+    Token.MUTATING_POLICY: "mutating_policies",
+    Token.MUTATING_BINDING: "mutating_bindings",
 }
 
 
@@ -61,9 +63,12 @@ def healthy(config: dict[str, Any]) -> Cluster:
 PROD_CONFIG = read_stack_file(PROD)
 
 
-def run(tmp_path: Path, cluster: Cluster, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+def run(
+    tmp_path: Path, cluster: Cluster, capsys: pytest.CaptureFixture[str], *extra: str, stack: str = "prod"
+) -> tuple[int, str, str]:
+    source = ["--stack", stack] if stack == "prod" else ["--stack-file", stack]
     with serve(tmp_path, cluster) as kubeconfig:
-        status = verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "admin@test", *extra])
+        status = verify.main([*source, "--kubeconfig", str(kubeconfig), "--context", "admin@test", *extra])
     out, err = capsys.readouterr()
     return status, out, err
 
@@ -129,6 +134,27 @@ def test_guard_objects_must_exist_as_declared(tmp_path: Path, capsys: pytest.Cap
     assert "ValidatingAdmissionPolicy hidden-gpu-access-guard" in found
     assert "RuntimeClass hidden-gpu-pool-shared" in found
     assert any(row[0] in ("ml-training", "ml-inference") for row in mismatches(out))
+
+
+def test_the_void_policy_is_checked_where_the_stack_declares_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = copy.deepcopy(PROD_CONFIG)
+    config[f"{PROJECT}:guard"] = {"addVoid": True}
+    stack = str(write_stack(tmp_path, config))
+    cluster = healthy(config)
+    status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
+    assert status == EXIT_OK, out
+    assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
+    assert out.strip().endswith("in 28 checks, 9 API requests")
+    cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
+    cluster.mutating_bindings.clear()
+    status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
+    assert status == EXIT_FINDING
+    assert {" ".join(row[1:3]) for row in mismatches(out)} == {
+        "MutatingAdmissionPolicy hidden-gpu-add-void",
+        "binding hidden-gpu-add-void",
+    }
 
 
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,8 +1,8 @@
 """A Kubernetes API server on loopback that answers from a fixed set of objects.
 
-GET of collections (nodes, pods in a namespace or all, runtimeclasses, admission policies and
-bindings, resource quotas) with label selectors (`k=v,...`), `spec.nodeName=` field selectors and
-limit/continue paging; GET and merge-PATCH of one node. Responses have the API's shape, so the real
+GET of collections (nodes, pods in a namespace or all, runtimeclasses, validating and mutating
+admission policies and bindings, resource quotas) with label selectors (`k=v,...`),
+`spec.nodeName=` field selectors and limit/continue paging; GET and merge-PATCH of one node. Responses have the API's shape, so the real
 kubernetes client reads them as it would a cluster's. Every request is logged; `faults` makes the
 next requests answer with a status (429, 500) or malformed JSON.
 """
@@ -27,6 +27,8 @@ COLLECTIONS = {
     "apis/node.k8s.io/v1/runtimeclasses": "runtime_classes",
     f"{ADMISSION}/validatingadmissionpolicies": "policies",
     f"{ADMISSION}/validatingadmissionpolicybindings": "bindings",
+    f"{ADMISSION}/mutatingadmissionpolicies": "mutating_policies",
+    f"{ADMISSION}/mutatingadmissionpolicybindings": "mutating_bindings",
 }
 
 
@@ -38,6 +40,8 @@ class Cluster:
     runtime_classes: list[dict[str, Any]] = field(default_factory=list)
     policies: list[dict[str, Any]] = field(default_factory=list)
     bindings: list[dict[str, Any]] = field(default_factory=list)
+    mutating_policies: list[dict[str, Any]] = field(default_factory=list)
+    mutating_bindings: list[dict[str, Any]] = field(default_factory=list)
     # (method, path with query, content type) of every request.
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     # Answers for the next requests, in order: a status code, or "malformed".
