@@ -46,6 +46,8 @@ DEVICE_REQUEST_ROOTS = [DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/va
 POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
 # Absolute, no empty, "." or ".." segment (a trailing "/" is fine): what filepath.Clean leaves alone.
 NORMAL_PATH = r"^(/[^/]+)*/?$"
+# Pods, and `kubectl debug`'s way of adding a container to a running one.
+POD_RESOURCES = ["pods", "pods/ephemeralcontainers"]
 # The pod's container lists, in the order the kubelet starts them.
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 # What the optional mutating policy sets: the toolkit gives a container with it no GPU.
@@ -324,6 +326,23 @@ def exemption(args: AccessGuardArgs) -> str:
     return f"{by_name} || (namespaceObject != null && ({pairs}))"
 
 
+def _core_resources(resources: list[str]) -> k8s.admissionregistration.v1.MatchResourcesArgs:
+    """Creates and updates of these core (v1) resources and subresources."""
+    return k8s.admissionregistration.v1.MatchResourcesArgs(
+        resource_rules=[
+            k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
+                api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=resources
+            )
+        ]
+    )
+
+
+def _not_exempt(args: AccessGuardArgs) -> k8s.admissionregistration.v1.MatchConditionArgs:
+    return k8s.admissionregistration.v1.MatchConditionArgs(
+        name="not-exempt-namespace", expression=f"!({exemption(args)})"
+    )
+
+
 class AccessGuard(pulumi.ComponentResource):
     """Two ValidatingAdmissionPolicies and their bindings: one over Pods (and `kubectl debug`'s
     ephemeral containers), one over the ConfigMap and Secret keys envFrom would turn into env; with
@@ -344,7 +363,7 @@ class AccessGuard(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AccessGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.ACCESS_GUARD, name, None, opts)
-        pods = PolicySpec(POLICY_NAME, ["pods", "pods/ephemeralcontainers"], variables(args), rules(args))
+        pods = PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args))
         keys = PolicySpec(ENV_KEYS_POLICY_NAME, ["configmaps", "secrets"], [], [ENV_KEY_RULE])
         self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, args)
         self.env_keys_policy, self.env_keys_binding = self._policy(
@@ -369,20 +388,9 @@ class AccessGuard(pulumi.ComponentResource):
                 failure_policy="Fail",
                 # A sidecar a webhook injects after this policy ran gets its void on the second pass.
                 reinvocation_policy="IfNeeded",
-                match_constraints=k8s.admissionregistration.v1.MatchResourcesArgs(
-                    resource_rules=[
-                        k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
-                            api_groups=[""],
-                            api_versions=["v1"],
-                            operations=["CREATE", "UPDATE"],
-                            resources=["pods", "pods/ephemeralcontainers"],
-                        )
-                    ]
-                ),
+                match_constraints=_core_resources(POD_RESOURCES),
                 match_conditions=[
-                    k8s.admissionregistration.v1.MatchConditionArgs(
-                        name="not-exempt-namespace", expression=f"!({exemption(args)})"
-                    ),
+                    _not_exempt(args),
                     k8s.admissionregistration.v1.MatchConditionArgs(
                         name="nvidia-runtime", expression=nvidia_runtime(args)
                     ),
@@ -422,21 +430,8 @@ class AccessGuard(pulumi.ComponentResource):
             metadata=k8s.meta.v1.ObjectMetaArgs(name=spec.name, labels=labels),
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
                 failure_policy="Fail",
-                match_constraints=k8s.admissionregistration.v1.MatchResourcesArgs(
-                    resource_rules=[
-                        k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
-                            api_groups=[""],
-                            api_versions=["v1"],
-                            operations=["CREATE", "UPDATE"],
-                            resources=spec.resources,
-                        )
-                    ]
-                ),
-                match_conditions=[
-                    k8s.admissionregistration.v1.MatchConditionArgs(
-                        name="not-exempt-namespace", expression=f"!({exemption(args)})"
-                    )
-                ],
+                match_constraints=_core_resources(spec.resources),
+                match_conditions=[_not_exempt(args)],
                 variables=[
                     k8s.admissionregistration.v1.VariableArgs(name=var_name, expression=expression)
                     for var_name, expression in spec.variables

@@ -31,17 +31,17 @@ def env_keys_policy(run: ProgramRun) -> dict[str, Any]:
     return policies(run)[ENV_KEYS_POLICY_NAME]
 
 
-def admit(
+def _prepared(
     policy: dict[str, Any],
     obj: dict[str, Any],
-    namespace: str = TENANT,
+    namespace: str,
     *,
-    old: dict[str, Any] | None = None,
-    sub_resource: str = "",
+    old: dict[str, Any] | None,
+    sub_resource: str,
     namespace_labels: dict[str, str] | None = None,
-) -> list[str] | None:
-    """None when the policy does not apply; otherwise the messages of the failed validations,
-    evaluated as the API server does: match conditions, then variables in order, then validations."""
+) -> dict[str, Any] | None:
+    """The CEL context after the policy's match conditions and variables, as the API server builds
+    it; None when a match condition excludes the request."""
     request = {
         "namespace": namespace,
         "operation": "CREATE" if old is None else "UPDATE",
@@ -61,7 +61,24 @@ def admit(
     context["variables"] = {}
     for variable in spec.get("variables", []):
         context["variables"][variable["name"]] = evaluate(variable["expression"], context)
-    return [v["message"] for v in spec["validations"] if not evaluate(v["expression"], context)]
+    return context
+
+
+def admit(
+    policy: dict[str, Any],
+    obj: dict[str, Any],
+    namespace: str = TENANT,
+    *,
+    old: dict[str, Any] | None = None,
+    sub_resource: str = "",
+    namespace_labels: dict[str, str] | None = None,
+) -> list[str] | None:
+    """None when the policy does not apply; otherwise the messages of the failed validations,
+    evaluated as the API server does: match conditions, then variables in order, then validations."""
+    context = _prepared(policy, obj, namespace, old=old, sub_resource=sub_resource, namespace_labels=namespace_labels)
+    if context is None:
+        return None
+    return [v["message"] for v in policy["spec"]["validations"] if not evaluate(v["expression"], context)]
 
 
 @functools.lru_cache(maxsize=256)
@@ -178,24 +195,11 @@ def mutate(
 ) -> dict[str, Any] | None:
     """None when the mutating policy does not apply; otherwise the object after its mutations,
     evaluated in the CEL engine (match conditions, variables, the apply configuration) and merged."""
-    context: dict[str, Any] = {
-        "object": obj,
-        "oldObject": old,
-        "request": {
-            "namespace": namespace,
-            "operation": "CREATE" if old is None else "UPDATE",
-            "subResource": sub_resource,
-        },
-        "namespaceObject": {"metadata": {"name": namespace, "labels": {"kubernetes.io/metadata.name": namespace}}},
-    }
-    spec = policy["spec"]
-    if not all(evaluate(c["expression"], context) for c in spec.get("matchConditions", [])):
+    context = _prepared(policy, obj, namespace, old=old, sub_resource=sub_resource)
+    if context is None:
         return None
-    context["variables"] = {}
-    for variable in spec.get("variables", []):
-        context["variables"][variable["name"]] = evaluate(variable["expression"], context)
     result = copy.deepcopy(obj)
-    for mutation in spec["mutations"]:
+    for mutation in policy["spec"]["mutations"]:
         assert mutation["patchType"] == "ApplyConfiguration"
         expression = mutation["applyConfiguration"]["expression"]
         cel.compile(expression)  # the initializers as written parse
