@@ -50,6 +50,8 @@ NORMAL_PATH = r"^(/[^/]+)*/?$"
 POD_RESOURCES = ["pods", "pods/ephemeralcontainers"]
 # The pod's container lists, in the order the kubelet starts them.
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+# Both pod policies judge CREATE and UPDATE apart.
+CREATING = ("creating", "request.operation == 'CREATE'")
 # What the optional mutating policy sets: the toolkit gives a container with it no GPU.
 VOID = NO_GPU_VALUES[0]
 REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
@@ -136,7 +138,7 @@ def nvidia_runtime(args: AccessGuardArgs) -> str:
 def variables(args: AccessGuardArgs) -> list[tuple[str, str]]:
     allowed_paths = cel(sorted(args.allowed_host_paths))
     return [
-        ("creating", "request.operation == 'CREATE'"),
+        CREATING,
         ("allContainers", _containers("object")),
         ("oldContainers", f"variables.creating || oldObject == null ? [] : {_containers('oldObject')}"),
         # What this request adds: every container on CREATE; on UPDATE the new or changed ones
@@ -278,7 +280,7 @@ def void_variables() -> list[tuple[str, str]]:
     """Per container kind, the names of the new containers the pod rules would deny for want of a GPU request:
     no positive NVIDIA request and no NVIDIA_VISIBLE_DEVICES of their own. New: every one on CREATE; on UPDATE
     (`kubectl debug`) those oldObject lacks. A container that requests a GPU is never among them."""
-    result = [("creating", "request.operation == 'CREATE'")]
+    result = [CREATING]
     for kind in CONTAINER_KINDS:
         new = (
             f"variables.creating || oldObject == null || !has(oldObject.spec.{kind})"
@@ -337,6 +339,14 @@ def _core_resources(resources: list[str]) -> k8s.admissionregistration.v1.MatchR
     )
 
 
+def _metadata(name: str) -> k8s.meta.v1.ObjectMetaArgs:
+    return k8s.meta.v1.ObjectMetaArgs(name=name, labels={PART_OF_LABEL: PART_OF})
+
+
+def _variable_args(named: list[tuple[str, str]]) -> list[k8s.admissionregistration.v1.VariableArgs]:
+    return [k8s.admissionregistration.v1.VariableArgs(name=name, expression=expression) for name, expression in named]
+
+
 def _not_exempt(args: AccessGuardArgs) -> k8s.admissionregistration.v1.MatchConditionArgs:
     return k8s.admissionregistration.v1.MatchConditionArgs(
         name="not-exempt-namespace", expression=f"!({exemption(args)})"
@@ -380,10 +390,9 @@ class AccessGuard(pulumi.ComponentResource):
         k8s.admissionregistration.v1.MutatingAdmissionPolicy,
         k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding,
     ]:
-        labels = {PART_OF_LABEL: PART_OF}
         policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(
             policy_resource,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=VOID_POLICY_NAME, labels=labels),
+            metadata=_metadata(VOID_POLICY_NAME),
             spec=k8s.admissionregistration.v1.MutatingAdmissionPolicySpecArgs(
                 failure_policy="Fail",
                 # A sidecar a webhook injects after this policy ran gets its void on the second pass.
@@ -395,10 +404,7 @@ class AccessGuard(pulumi.ComponentResource):
                         name="nvidia-runtime", expression=nvidia_runtime(args)
                     ),
                 ],
-                variables=[
-                    k8s.admissionregistration.v1.VariableArgs(name=var_name, expression=expression)
-                    for var_name, expression in void_variables()
-                ],
+                variables=_variable_args(void_variables()),
                 mutations=[
                     k8s.admissionregistration.v1.MutationArgs(
                         patch_type="ApplyConfiguration",
@@ -412,7 +418,7 @@ class AccessGuard(pulumi.ComponentResource):
         )
         binding = k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
             binding_resource,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=VOID_POLICY_NAME, labels=labels),
+            metadata=_metadata(VOID_POLICY_NAME),
             spec=k8s.admissionregistration.v1.MutatingAdmissionPolicyBindingSpecArgs(policy_name=policy.metadata.name),
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -424,19 +430,14 @@ class AccessGuard(pulumi.ComponentResource):
         k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
     ]:
-        labels = {PART_OF_LABEL: PART_OF}
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             policy_resource,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=spec.name, labels=labels),
+            metadata=_metadata(spec.name),
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
                 failure_policy="Fail",
                 match_constraints=_core_resources(spec.resources),
                 match_conditions=[_not_exempt(args)],
-                variables=[
-                    k8s.admissionregistration.v1.VariableArgs(name=var_name, expression=expression)
-                    for var_name, expression in spec.variables
-                ]
-                or None,
+                variables=_variable_args(spec.variables) or None,
                 validations=[
                     k8s.admissionregistration.v1.ValidationArgs(
                         expression=rule.expression, message=denial(rule), reason="Forbidden"
@@ -448,7 +449,7 @@ class AccessGuard(pulumi.ComponentResource):
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             binding_resource,
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=spec.name, labels=labels),
+            metadata=_metadata(spec.name),
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
                 policy_name=policy.metadata.name,
                 validation_actions=VALIDATION_ACTIONS[args.mode],
