@@ -30,7 +30,6 @@ from common.names import (
     GPU_QUOTA_KEY,
     GPU_RESOURCE,
     INSTANCE_LABEL,
-    NODE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
     OPERATOR_PLUGIN_SELECTOR,
     PART_OF,
@@ -38,12 +37,9 @@ from common.names import (
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
     POLICY_NAME,
-    POOL_LABEL,
     QUOTA_NAME,
     VISIBLE_DEVICES_ENV,
     VOID_POLICY_NAME,
-    pool_class_name,
-    runtime_class_name,
 )
 from components.access_guard import (
     ENV_KEY_RULE,
@@ -53,7 +49,7 @@ from components.access_guard import (
     void_mutation,
     void_variables,
 )
-from components.hidden_gpu_node import node_labels
+from components.hidden_gpu_node import node_labels, runtime_class_of
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
@@ -155,12 +151,7 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
 
 
 def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
-    expected = {
-        (pool_class_name(n.pool), POOL_LABEL, n.pool) if n.pool else (runtime_class_name(n.name), NODE_LABEL, n.name)
-        for n in stack.nodes
-        if n.exposed_gpus
-    }
-    for name, label, value in sorted(expected):
+    for name, label, value in sorted({runtime_class_of(n) for n in stack.nodes if n.exposed_gpus}):
         found = live.runtime_classes.get(name)
         selector = ((found or {}).get("scheduling") or {}).get("nodeSelector") or {}
         actual = f"{found.get('handler')} on {label}={selector.get(label)}" if found else "<missing>"

@@ -158,13 +158,17 @@ class HiddenGpuNode(pulumi.ComponentResource):
             advertised_count=node.advertised_gpus,
             hidden_count=len(node.hidden_gpus),
             device_plugin=device_plugin_name(node.name) if node.exposed_gpus else None,
-            runtime_class=_class_name(node) if node.exposed_gpus else None,
+            runtime_class=runtime_class_of(node)[0] if node.exposed_gpus else None,
         )
         self.register_outputs(self.summary.as_output())
 
 
-def _class_name(node: NodeConfig) -> str:
-    return pool_class_name(node.pool) if node.pool else runtime_class_name(node.name)
+def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
+    """The RuntimeClass the node's pods name, and the node label and value it schedules by: the
+    pool's where the node has one, else the node's own."""
+    if node.pool:
+        return pool_class_name(node.pool), POOL_LABEL, node.pool
+    return runtime_class_name(node.name), NODE_LABEL, node.name
 
 
 def node_labels(node: NodeConfig) -> dict[str, str]:
