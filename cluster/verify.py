@@ -6,7 +6,8 @@ One LIST per kind for the whole stack (nodes, the pinned plugins, the operator's
 RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per node: capacity
 and allocatable equal what the stack advertises, the operator switches are set, no operator plugin
 runs there, and exactly one pinned plugin is Ready there whose NVIDIA_VISIBLE_DEVICES is the
-stack's exposed UUIDs, in order. Stack-wide: the RuntimeClasses, both admission policies (their
+stack's exposed UUIDs, in order. Stack-wide: the RuntimeClasses (and no class the guard takes as plain
+with an NVIDIA handler), both admission policies (their
 rules), their bindings (the stack's mode), the void policy if `guard.addVoid` (its variables and
 mutation) and the quotas exist as the program declares them.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
@@ -94,7 +95,8 @@ class Live:
                 f"/api/v1/namespaces/{plugin_namespace}/pods", f"{OURS},{PLUGIN_NAME_LABEL}={PLUGIN_NAME}"
             ),
             operator_plugins=reader.list("/api/v1/pods", OPERATOR_PLUGIN_SELECTOR),
-            runtime_classes=by_name(reader.list("/apis/node.k8s.io/v1/runtimeclasses", OURS)),
+            # Every class, not only ours: the guard judges a class as NVIDIA's unless the stack lists it as plain.
+            runtime_classes=by_name(reader.list("/apis/node.k8s.io/v1/runtimeclasses")),
             policies=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicies", OURS)),
             bindings=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicybindings", OURS)),
             quotas={
@@ -156,6 +158,14 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
         selector = ((found or {}).get("scheduling") or {}).get("nodeSelector") or {}
         actual = f"{found.get('handler')} on {label}={selector.get(label)}" if found else "<missing>"
         yield Check("cluster", f"RuntimeClass {name}", f"{NVIDIA_RUNTIME_HANDLER} on {label}={value}", actual)
+    for name in sorted(stack.guard.plain_runtime_classes):
+        handler = str((live.runtime_classes.get(name) or {}).get("handler", "<missing>"))
+        yield Check(
+            "cluster",
+            f"plain RuntimeClass {name}",
+            "not NVIDIA's",
+            handler if "nvidia" in handler.lower() else "not NVIDIA's",
+        )
     args = AccessGuardArgs.of(stack)
     for policy_name, expected_rules in ((POLICY_NAME, rules(args)), (ENV_KEYS_POLICY_NAME, [ENV_KEY_RULE])):
         policy = live.policies.get(policy_name)

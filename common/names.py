@@ -64,8 +64,10 @@ DEVICE_PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 OPERAND_LABELS = {
     "gpu_feature_discovery": "nvidia.com/gpu.deploy.gpu-feature-discovery",
     "mig_manager": "nvidia.com/gpu.deploy.mig-manager",
+    "dcgm": "nvidia.com/gpu.deploy.dcgm",
     "dcgm_exporter": "nvidia.com/gpu.deploy.dcgm-exporter",
     "operator_validator": "nvidia.com/gpu.deploy.operator-validator",
+    "container_toolkit": "nvidia.com/gpu.deploy.container-toolkit",
 }
 # Labels hidden-gpu sets on its nodes, which its RuntimeClasses schedule by: the node's name (the
 # kubernetes.io/hostname label need not equal it) and the node's pool.
@@ -167,10 +169,26 @@ BASELINE_CAPABILITIES = (
 # Resources NVIDIA's device plugin advertises: nvidia.com/gpu, nvidia.com/gpu.shared (time-slicing
 # with renameByDefault), nvidia.com/mig-<profile> (MIG mixed).
 NVIDIA_RESOURCE_PATTERN = r"^nvidia\.com/(gpu|gpu\..+|mig-.+)$"
+# Variables that make the toolkit add node-wide devices (NVSwitch, InfiniBand, GDS, GDRCopy, IMEX
+# channels) to a container that sees any GPU: nvidia-container-toolkit v1.20.0
+# internal/modifier/cdi.go:133-145 (`=enabled`), internal/config/image/envvars.go:23.
+TOOLKIT_FEATURE_ENV = ("NVIDIA_GDS", "NVIDIA_GDRCOPY", "NVIDIA_IMEX_CHANNELS", "NVIDIA_MOFED", "NVIDIA_NVSWITCH")
+# Every variable by which a container could pick devices past the device plugin.
+DEVICE_ENV = (VISIBLE_DEVICES_ENV, *TOOLKIT_FEATURE_ENV)
+# What `kubectl debug` (1.36+, profile `general`) adds to its ephemeral container: ptrace inside the
+# pod's own process namespace reaches nothing an `exec` into the target could not.
+DEBUG_CAPABILITIES = ("SYS_PTRACE",)
+# The pod fields that share a host namespace: hostPID reaches other tenants' and the partner's
+# processes (and their open /dev/nvidia* files), hostNetwork host-local GPU services.
+HOST_NAMESPACE_FIELDS = ("hostIPC", "hostNetwork", "hostPID")
 # A "." or ".." path segment: paths holding one are not in the normal form filepath.Clean leaves.
 DOT_SEGMENT_PATTERN = r"/\.\.?(/|$)"
-# containerd turns pod annotations with this prefix into CDI device requests.
-CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
+# A ".." segment: what the guard cannot resolve without the container's file system.
+PARENT_SEGMENT_PATTERN = r"/\.\.(/|$)"
+# CDI device requests by pod annotation: containerd takes `cdi.k8s.io/<name>`, the toolkit's NRI
+# plugin `nvidia.cdi.k8s.io/container.<name>` and `nvidia.cdi.k8s.io/pod`: the whole domain is refused.
+CDI_ANNOTATION_DOMAIN = "cdi.k8s.io"
+CDI_ANNOTATION_PATTERN = r"^([^/]*\.)?cdi\.k8s\.io/"
 
 
 # --- Host paths ---
@@ -183,6 +201,21 @@ PLUGIN_CONFIG_DIR = "/etc/nvidia-device-plugin"
 CDI_SPEC_DIR = "/var/run/cdi"
 CONTAINER_DRIVER_ROOT = "/driver-root"
 DEV_NULL = "/dev/null"
+# Host paths no stack may let tenants mount, nor any path above or below one: devices, the kernel's
+# views, runtime and kubelet sockets (a read-only bind mount still lets a process connect to a
+# unix socket), static pod manifests, CDI specs and the toolkit's config.
+PROTECTED_HOST_PATHS = (
+    "/dev",
+    "/etc/cdi",
+    "/etc/kubernetes",
+    "/etc/nvidia-container-runtime",
+    "/proc",
+    "/run",
+    "/sys",
+    "/var/lib/containerd",
+    "/var/lib/kubelet",
+    "/var/run",
+)
 
 
 # --- Pulumi type tokens ---

@@ -20,17 +20,21 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import (
-    CDI_ANNOTATION_PREFIX,
+    CDI_ANNOTATION_DOMAIN,
+    CDI_ANNOTATION_PATTERN,
+    DEBUG_CAPABILITIES,
+    DEVICE_ENV,
     DEVICE_REQUEST_DIR,
-    DOT_SEGMENT_PATTERN,
     ENV_KEYS_POLICY_NAME,
+    HOST_NAMESPACE_FIELDS,
     NO_GPU_VALUES,
     NVIDIA_RESOURCE_PATTERN,
+    PARENT_SEGMENT_PATTERN,
     PART_OF,
     PART_OF_LABEL,
     POLICY_NAME,
     PROJECT,
-    RUNTIME_CLASS_PREFIX,
+    TOOLKIT_FEATURE_ENV,
     VISIBLE_DEVICES_ENV,
     VOID_POLICY_NAME,
     GuardMode,
@@ -39,13 +43,22 @@ from common.names import (
 from stack_config.models import StackConfig
 
 VALIDATION_ACTIONS = {GuardMode.ENFORCE: ["Deny"], GuardMode.WARN: ["Warn", "Audit"], GuardMode.AUDIT: ["Audit"]}
-# The toolkit matches the request directory as a bare string prefix of the cleaned mount
-# destination (cuda_image.go, requestsFromMounts); /run is where /var/run points in most images.
-DEVICE_REQUEST_ROOTS = [DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/var")]
+# Separators filepath.Clean folds into one "/": repeated slashes and "." segments.
+_SEPARATOR = r"/(\.?/)*"
+
+
+def _request_dir_pattern(directory: str) -> str:
+    """A raw mount path whose cleaned form starts with the directory, as the toolkit matches it: a bare
+    string prefix of the cleaned destination (cuda_image.go, requestsFromMounts), no separator needed after."""
+    return "^" + "".join(_SEPARATOR + segment.replace(".", r"\.") for segment in directory.strip("/").split("/"))
+
+
+# /run is where /var/run points in most images.
+DEVICE_REQUEST_PATTERNS = [
+    _request_dir_pattern(d) for d in (DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/var"))
+]
 # A positive quantity: a non-zero digit in the number before any exponent or suffix ("0", "0e3" are not).
 POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
-# Absolute, no empty, "." or ".." segment (a trailing "/" is fine): what filepath.Clean leaves alone.
-NORMAL_PATH = r"^(/[^/]+)*/?$"
 # Pods, and `kubectl debug`'s way of adding a container to a running one.
 POD_RESOURCES = ["pods", "pods/ephemeralcontainers"]
 # The pod's container lists, in the order the kubelet starts them.
@@ -93,8 +106,8 @@ class AccessGuardArgs:
     """Host paths tenant pods may mount, exactly, read-only."""
     allowed_capabilities: list[str]
     """Capabilities tenant containers may add."""
-    nvidia_runtime_classes: list[str]
-    """RuntimeClasses that run the NVIDIA toolkit, besides this stack's own."""
+    plain_runtime_classes: list[str]
+    """RuntimeClasses whose handler does not run the NVIDIA toolkit; a pod naming any other is judged as under it."""
     nvidia_is_default_runtime: bool
     """Every container runs the toolkit, whatever its RuntimeClass."""
     allow_resource_claims: bool
@@ -112,26 +125,37 @@ class AccessGuardArgs:
             exempt_namespace_labels=dict(guard.exempt_namespace_labels),
             allowed_host_paths=list(guard.allowed_host_paths),
             allowed_capabilities=list(guard.allowed_capabilities),
-            nvidia_runtime_classes=list(guard.nvidia_runtime_classes),
+            plain_runtime_classes=list(guard.plain_runtime_classes),
             nvidia_is_default_runtime=guard.nvidia_is_default_runtime,
             allow_resource_claims=guard.allow_resource_claims,
             add_void=guard.add_void,
         )
 
 
-def _containers(obj: str) -> str:
-    """Every container of a pod object, init and ephemeral ones included (`dyn`: three element types)."""
-    return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in CONTAINER_KINDS)
+def _listed(obj: str, kinds: tuple[str, ...]) -> str:
+    """The containers of these kinds of a pod object (`dyn`: each kind has its own element type)."""
+    return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in kinds)
 
 
 def nvidia_runtime(args: AccessGuardArgs) -> str:
-    """CEL: the pod's containers run under the NVIDIA toolkit."""
+    """CEL: the pod's containers may run under the NVIDIA toolkit. A list of NVIDIA classes is never
+    complete (k3s ships `nvidia-experimental`, an admin adds their own), so every named class counts
+    unless the stack lists it as plain; judging a plain pod so costs it only a `void`."""
     if args.nvidia_is_default_runtime:
         return "true"
     return (
-        "has(object.spec.runtimeClassName) && (object.spec.runtimeClassName"
-        f".startsWith({cel(RUNTIME_CLASS_PREFIX)})"
-        f" || object.spec.runtimeClassName in {cel(sorted(args.nvidia_runtime_classes))})"
+        "has(object.spec.runtimeClassName) && object.spec.runtimeClassName != ''"
+        f" && !(object.spec.runtimeClassName in {cel(sorted(args.plain_runtime_classes))})"
+    )
+
+
+def _new_ephemeral() -> str:
+    """On `kubectl debug`'s UPDATE, the ephemeral containers oldObject lacks, by name: names are unique
+    in a pod and existing ephemeral containers cannot change, so one string compare per pair."""
+    return (
+        "request.subResource != 'ephemeralcontainers' || !has(object.spec.ephemeralContainers) ? []"
+        " : object.spec.ephemeralContainers.filter(c, oldObject == null || !has(oldObject.spec.ephemeralContainers)"
+        " || !oldObject.spec.ephemeralContainers.exists(o, o.name == c.name))"
     )
 
 
@@ -139,12 +163,18 @@ def variables(args: AccessGuardArgs) -> list[tuple[str, str]]:
     allowed_paths = cel(sorted(args.allowed_host_paths))
     return [
         CREATING,
-        ("allContainers", _containers("object")),
-        ("oldContainers", f"variables.creating || oldObject == null ? [] : {_containers('oldObject')}"),
-        # What this request adds: every container on CREATE; on UPDATE the new or changed ones
-        # (an ephemeral container, an image change), never what was already admitted.
-        ("containers", "variables.allContainers.filter(c, !variables.oldContainers.exists(o, o == c))"),
+        # What this request adds. CREATE: every container. UPDATE: only `kubectl debug`'s new ephemeral
+        # containers; a pod update may change nothing else of a container but its image (the API server's
+        # ValidatePodUpdate, which runs before validating admission), and no rule here reads the image.
+        ("regularContainers", f"variables.creating ? {_listed('object', CONTAINER_KINDS[:2])} : []"),
+        (
+            "debugContainers",
+            f"variables.creating ? {_listed('object', CONTAINER_KINDS[2:])} : {_new_ephemeral()}",
+        ),
+        ("containers", "dyn(variables.regularContainers) + dyn(variables.debugContainers)"),
         ("nvidiaRuntime", nvidia_runtime(args)),
+        # The kubelet refuses a pod whose os.name is not its node's; Windows paths follow other rules.
+        ("linux", "!has(object.spec.os) || object.spec.os.name != 'windows'"),
         (
             "hostPathVolumes",
             "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, v.name) : []",
@@ -176,17 +206,44 @@ def _capability_pattern(allowed: list[str]) -> str:
     return "(?i)^(CAP_)?(" + "|".join(sorted(allowed)) + ")$" if allowed else "^$"
 
 
+def _adds_only(containers: str, allowed: list[str]) -> str:
+    return (
+        f"{containers}.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
+        " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a,"
+        f" a.matches({cel(_capability_pattern(allowed))})))"
+    )
+
+
+def _spec_flag(field: str) -> str:
+    return f"(has(object.spec.{field}) && object.spec.{field})"
+
+
 def rules(args: AccessGuardArgs) -> list[Rule]:
     mounts = "variables.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {}))"
-    roots = " && ".join(f"!m.mountPath.startsWith({cel(root)})" for root in DEVICE_REQUEST_ROOTS)
+    request_mounts = " && ".join(f"!m.mountPath.matches({cel(p)})" for p in DEVICE_REQUEST_PATTERNS)
+    debug_capabilities = sorted({*args.allowed_capabilities, *DEBUG_CAPABILITIES})
     return [
+        Rule(
+            "node-name",
+            "!variables.creating || !has(object.spec.nodeName) || object.spec.nodeName == ''",
+            "spec.nodeName skips the scheduler, and the kubelet then drops any NVIDIA request its node does not "
+            "serve, leaving the image's NVIDIA_VISIBLE_DEVICES (=all in CUDA images) to pick the GPUs: choose the "
+            "node with nodeSelector kubernetes.io/hostname or node affinity instead",
+        ),
+        Rule(
+            "host-namespaces",
+            "!variables.creating || !(" + " || ".join(_spec_flag(f) for f in HOST_NAMESPACE_FIELDS) + ")",
+            "hostPID, hostIPC and hostNetwork are not allowed here: the host's process namespace reaches other "
+            "workloads' open GPU devices, its network host-local GPU services (a DCGM host engine)",
+        ),
         Rule(
             "gpu-runtime-needs-a-request",
             "!variables.nvidiaRuntime || variables.containers.all(c, "
             f"({_requests_nvidia('c')}) || (has(c.env) && c.env.exists(e, {_sets_no_gpu('e')})))",
-            "under an NVIDIA runtime class every container, init and debug containers too, must "
-            f"{REQUEST} with a positive quantity, or set env NVIDIA_VISIBLE_DEVICES=void: otherwise the "
-            "image's own NVIDIA_VISIBLE_DEVICES (=all in CUDA images) decides which GPUs it sees",
+            "under an NVIDIA runtime class (any RuntimeClass the stack does not list as plain) every container, init "
+            f"and debug containers too, must {REQUEST} with a positive quantity, or set env "
+            "NVIDIA_VISIBLE_DEVICES=void: otherwise the image's own NVIDIA_VISIBLE_DEVICES (=all in CUDA images) "
+            "decides which GPUs it sees",
         ),
         Rule(
             "visible-devices-env",
@@ -196,11 +253,19 @@ def rules(args: AccessGuardArgs) -> list[Rule]:
             f"to get a GPU, {REQUEST} and the device plugin chooses it",
         ),
         Rule(
+            "toolkit-feature-env",
+            "!variables.containers.exists(c, has(c.env)"
+            f" && c.env.exists(e, e.name in {cel(list(TOOLKIT_FEATURE_ENV))}))",
+            f"containers may not set {', '.join(TOOLKIT_FEATURE_ENV)}: they make the NVIDIA toolkit add the node's "
+            "NVSwitch, InfiniBand, GPUDirect Storage, GDRCopy or IMEX devices, shared with every other workload: drop "
+            "them, or ask the platform team to exempt a namespace trusted with them",
+        ),
+        Rule(
             "visible-devices-env-from",
             "!variables.containers.exists(c, has(c.envFrom) && c.envFrom.exists(f, has(f.prefix)"
-            f" && f.prefix != '' && {cel(VISIBLE_DEVICES_ENV)}.startsWith(f.prefix)))",
-            "an envFrom prefix may not begin the name NVIDIA_VISIBLE_DEVICES (the kubelet prepends it to each "
-            "key, and the result overrides the device plugin's choice): choose another prefix",
+            f" && f.prefix != '' && {cel(list(DEVICE_ENV))}.exists(n, n.startsWith(f.prefix))))",
+            "an envFrom prefix may not begin NVIDIA_VISIBLE_DEVICES or a toolkit feature variable (the kubelet "
+            "prepends it to each key, and the result picks devices past the device plugin): choose another prefix",
         ),
         Rule(
             "host-path-volumes",
@@ -221,17 +286,16 @@ def rules(args: AccessGuardArgs) -> list[Rule]:
         ),
         Rule(
             "mount-paths-normal",
-            mounts.format(
-                f"m.mountPath.matches({cel(NORMAL_PATH)}) && !m.mountPath.matches({cel(DOT_SEGMENT_PATTERN)})"
-            ),
-            "mountPath must be absolute and in normal form (no //, /./ or /../): the NVIDIA toolkit "
-            "cleans paths before it reads device requests from them",
+            "!variables.linux || "
+            + mounts.format(f"m.mountPath.startsWith('/') && !m.mountPath.matches({cel(PARENT_SEGMENT_PATTERN)})"),
+            "mountPath must be absolute, without a .. segment (write it in normal form): the NVIDIA toolkit resolves "
+            "paths before it reads device requests from them",
         ),
         Rule(
             "device-request-mounts",
-            mounts.format(roots),
-            f"nothing may be mounted at or under {DEVICE_REQUEST_DIR} (or a path that merely starts with it): "
-            f"the NVIDIA toolkit reads device requests there; {REQUEST}",
+            "!variables.linux || " + mounts.format(request_mounts),
+            f"nothing may be mounted at or under {DEVICE_REQUEST_DIR} (or a path that merely starts with it, "
+            f"however spelt): the NVIDIA toolkit reads device requests there; {REQUEST}",
         ),
         Rule(
             "privileged",
@@ -241,20 +305,23 @@ def rules(args: AccessGuardArgs) -> list[Rule]:
         ),
         Rule(
             "capabilities",
-            "variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
-            " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a,"
-            f" a.matches({cel(_capability_pattern(args.allowed_capabilities))})))",
+            _adds_only("variables.regularContainers", args.allowed_capabilities)
+            + " && "
+            + _adds_only("variables.debugContainers", debug_capabilities),
             "a container may add only the capabilities this namespace allows ("
             + (", ".join(sorted(args.allowed_capabilities)) or "none")
+            + "; a kubectl debug container also "
+            + ", ".join(DEBUG_CAPABILITIES)
             + "); the NVIDIA toolkit treats SYS_ADMIN (in any spelling) as privileged: every GPU",
         ),
         Rule(
             "cdi-annotations",
             "!(has(object.metadata.annotations) && object.metadata.annotations.exists(k,"
-            f" k.startsWith({cel(CDI_ANNOTATION_PREFIX)}) && (variables.creating || oldObject == null"
+            f" k.matches({cel(CDI_ANNOTATION_PATTERN)}) && (variables.creating || oldObject == null"
             " || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations)"
             " || oldObject.metadata.annotations[k] != object.metadata.annotations[k])))",
-            f"{CDI_ANNOTATION_PREFIX} annotations inject devices directly, past the device plugin: {REQUEST}",
+            f"annotations in the {CDI_ANNOTATION_DOMAIN} domain (cdi.k8s.io/..., nvidia.cdi.k8s.io/...) inject "
+            f"devices directly, past the device plugin: {REQUEST}",
         ),
         Rule(
             "resource-claims",
@@ -269,10 +336,11 @@ def rules(args: AccessGuardArgs) -> list[Rule]:
 
 ENV_KEY_RULE = Rule(
     "no-visible-devices-key",
-    f"!has(object.data) || !({cel(VISIBLE_DEVICES_ENV)} in object.data)",
-    "ConfigMaps and Secrets here may not carry a key NVIDIA_VISIBLE_DEVICES: a container's envFrom would "
-    "turn it into the variable that picks GPUs, over the device plugin's choice; set env "
-    "NVIDIA_VISIBLE_DEVICES=void in the container instead, or request a GPU",
+    f"!has(object.data) || !object.data.exists(k, k in {cel(list(DEVICE_ENV))})",
+    "ConfigMaps and Secrets here may not carry a key NVIDIA_VISIBLE_DEVICES (or "
+    + ", ".join(TOOLKIT_FEATURE_ENV)
+    + "): a container's envFrom would turn it into a variable that picks devices, over the device plugin's "
+    "choice; set env NVIDIA_VISIBLE_DEVICES=void in the container instead, or request a GPU",
 )
 
 

@@ -8,7 +8,7 @@ offline render and the host tools all accept and reject exactly the same stacks.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
@@ -24,6 +24,8 @@ from common.names import (
     DOT_SEGMENT_PATTERN,
     OPERATOR_RUNTIME_CLASSES,
     POOL_CLASS_INFIX,
+    PROTECTED_HOST_PATHS,
+    RUNTIME_CLASS_PREFIX,
     DeviceListStrategy,
     GuardMode,
     MigStrategy,
@@ -135,6 +137,20 @@ def _check_host_path(value: str) -> str:
     return value
 
 
+def _check_tenant_host_path(value: str) -> str:
+    for protected in PROTECTED_HOST_PATHS:
+        if value == protected or _is_below(value, protected) or _is_below(protected, value):
+            raise ValueError(
+                f"never allowed to tenants: it is, holds or lies inside {protected} (devices, kernel views, runtime "
+                "and kubelet sockets, which a read-only mount still lets a process connect to)"
+            )
+    return value
+
+
+def _is_below(path: str, parent: str) -> bool:
+    return path.startswith(parent.rstrip("/") + "/")
+
+
 def _check_capability(value: str) -> str:
     if not CAPABILITY.fullmatch(value):
         raise ValueError("not a capability name: upper-case letters and '_', without CAP_ (e.g. NET_BIND_SERVICE)")
@@ -168,6 +184,7 @@ NamespaceName = Annotated[str, AfterValidator(_check_dns_label)]
 NodeName = Annotated[str, AfterValidator(_check_node_name)]
 ImageRef = Annotated[str, AfterValidator(_check_image)]
 HostPath = Annotated[str, AfterValidator(_check_host_path)]
+TenantHostPath = Annotated[str, AfterValidator(_check_host_path), AfterValidator(_check_tenant_host_path)]
 Capability = Annotated[str, AfterValidator(_check_capability)]
 ObjectName = Annotated[str, AfterValidator(_check_object_name)]
 PoolName = Annotated[str, AfterValidator(_check_dns_label)]
@@ -178,6 +195,13 @@ LabelValue = Annotated[str, AfterValidator(_check_label_value)]
 
 # Stack files spell enum values as strings; strict mode would demand the enum object itself.
 LaxEnum = Field(strict=False)
+
+
+def _raise_any(problems: Iterable[tuple[Loc, Any, str]]) -> None:
+    """Raise every problem a rule found at once, so they are reported together with the field errors."""
+    found = list(problems)
+    if found:
+        raise FieldProblemsError(found)
 
 
 class _Model(BaseModel):
@@ -201,12 +225,19 @@ class OperandsConfig(_Model):
     GPUs too, and it runs privileged."""
     mig_manager: bool = False
     """Run the MIG manager here. Off: it applies MIG profiles to every GPU, the other organisation's too."""
-    dcgm_exporter: bool = True
+    dcgm: bool = False
+    """Run the operator's standalone DCGM host engine here. Off: it serves every GPU of the node, unauthenticated, to
+    any pod on the node (a node-local Service on port 5555); dcgm-exporter then embeds its own."""
+    dcgm_exporter: bool | None = None
     """Run dcgm-exporter here. It only reads metrics, but of every GPU: set `false` if hidden GPUs' metrics must not
-    reach your monitoring."""
+    reach your monitoring. Default: on where some GPU is exposed, off where every GPU is hidden."""
     operator_validator: bool | None = None
     """Run the operator's validator here. Default: off where every GPU is hidden (its plugin validation waits for an
     NVIDIA resource the node never advertises, so it would never turn Ready), on elsewhere."""
+    container_toolkit: bool | None = None
+    """Run the operator's container toolkit here, which installs the `nvidia` runtime handler. Default: off where every
+    GPU is hidden, so no pod on the node can run under NVIDIA's runtime at all; it must stay on where a GPU is
+    exposed (the pinned plugin and GPU pods run under it)."""
 
 
 class TimeSlicingConfig(_Model):
@@ -350,13 +381,17 @@ class GuardConfig(_Model):
     """Label `key: value` pairs: a namespace carrying any of them is exempt too, so the platform's CNI, CSI and
     monitoring namespaces can be trusted by a label instead of a stack edit each. Only who may label namespaces
     may then exempt one."""
-    allowed_host_paths: list[HostPath] = Field(default_factory=list)
-    """Host paths tenant pods may mount, exactly and read-only only; any other hostPath is denied."""
+    allowed_host_paths: list[TenantHostPath] = Field(default_factory=list)
+    """Host paths tenant pods may mount, exactly and read-only only; any other hostPath is denied. Never `/`, `/dev`,
+    `/proc`, `/sys`, `/run`, `/var/run`, the kubelet's or containerd's state, CDI specs or the toolkit's config, nor a
+    path above or below one."""
     allowed_capabilities: list[Capability] = Field(default_factory=lambda: list(BASELINE_CAPABILITIES))
     """Capabilities tenant containers may add (compared as containerd does: any letter case, `CAP_` optional).
     Default: what Pod Security `baseline` allows. `SYS_ADMIN` and `ALL` are never allowed."""
-    nvidia_runtime_classes: list[ObjectName] = Field(default_factory=lambda: list(OPERATOR_RUNTIME_CLASSES))
-    """RuntimeClasses whose handler runs the NVIDIA toolkit, besides this stack's own `hidden-gpu-*`."""
+    plain_runtime_classes: list[ObjectName] = Field(default_factory=list)
+    """RuntimeClasses whose handler does not run the NVIDIA toolkit (e.g. `gvisor`, `kata`). A pod naming any other
+    RuntimeClass is judged as running under NVIDIA's runtime: its every container must request an NVIDIA resource or
+    set `NVIDIA_VISIBLE_DEVICES=void`. `cluster.verify` fails if a class listed here has an NVIDIA handler."""
     nvidia_is_default_runtime: bool = False
     """`true` if `nvidia` is containerd's default runtime on the GPU nodes: then every tenant container runs the
     toolkit, and each must request an NVIDIA resource or set `NVIDIA_VISIBLE_DEVICES=void`."""
@@ -367,6 +402,31 @@ class GuardConfig(_Model):
     """Add `NVIDIA_VISIBLE_DEVICES=void` to each new container under an NVIDIA runtime that neither requests an NVIDIA
     resource nor sets the variable (a sidecar, an init or `kubectl debug` container), instead of denying it; never to
     one that requests a GPU. A MutatingAdmissionPolicy: needs Kubernetes 1.36+ (`admissionregistration.k8s.io/v1`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _retired_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "nvidiaRuntimeClasses" in data:
+            raise FieldProblemsError(
+                [
+                    (
+                        ("nvidiaRuntimeClasses",),
+                        data["nvidiaRuntimeClasses"],
+                        "retired: a list of NVIDIA classes is never complete, so every RuntimeClass is now judged as "
+                        "NVIDIA's unless listed in guard.plainRuntimeClasses; delete this key",
+                    )
+                ]
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _rules_across_fields(self) -> GuardConfig:
+        _raise_any(
+            (("plainRuntimeClasses", index), name, "an NVIDIA RuntimeClass (this stack's or the GPU Operator's)")
+            for index, name in enumerate(self.plain_runtime_classes)
+            if name in OPERATOR_RUNTIME_CLASSES or name.startswith(RUNTIME_CLASS_PREFIX)
+        )
+        return self
 
 
 class ClusterPolicyConfig(_Model):
@@ -402,13 +462,6 @@ class StackConfig(_Model):
     def _rules_across_fields(self) -> StackConfig:
         _raise_any(_stack_problems(self))
         return self
-
-
-def _raise_any(problems: Iterator[tuple[Loc, Any, str]]) -> None:
-    """Raise every problem a rule found at once, so they are reported together with the field errors."""
-    found = list(problems)
-    if found:
-        raise FieldProblemsError(found)
 
 
 def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
@@ -481,6 +534,12 @@ def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
             ("name",),
             node.name,
             f"node names starting with {POOL_CLASS_INFIX!r} would collide with pool RuntimeClasses",
+        )
+    if node.exposed_gpus and node.operands.container_toolkit is False:
+        yield (
+            ("operands", "containerToolkit"),
+            False,
+            "the node exposes GPUs: its pinned plugin and GPU pods run under the toolkit's nvidia runtime",
         )
     first_place: dict[str, Loc] = {}
     yield from _duplicates(node, first_place)

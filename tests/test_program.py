@@ -30,11 +30,15 @@ def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
             DEVICE_PLUGIN_LABEL: "false",
             "nvidia.com/gpu.deploy.gpu-feature-discovery": "false",
             "nvidia.com/gpu.deploy.mig-manager": "false",
+            "nvidia.com/gpu.deploy.dcgm": "false",
             NODE_LABEL: name,
         }
-        # Every GPU of gpu-node-02 is hidden: the validator's plugin check could never pass there.
+        # Every GPU of gpu-node-02 is hidden: the validator's plugin check could never pass there, the
+        # exporter would watch only the partner's GPUs, and no pod there may run NVIDIA's runtime at all.
         if name == "gpu-node-02":
             expected["nvidia.com/gpu.deploy.operator-validator"] = "false"
+            expected["nvidia.com/gpu.deploy.dcgm-exporter"] = "false"
+            expected["nvidia.com/gpu.deploy.container-toolkit"] = "false"
         assert patch.inputs["metadata"]["labels"] == expected
         assert patch.inputs["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
         assert patch.parent == component(run, name)
@@ -181,7 +185,7 @@ def test_two_exposed_gpus_are_comma_separated() -> None:
 
 
 def test_operand_switches_follow_the_config() -> None:
-    operands = {"gpuFeatureDiscovery": True, "dcgmExporter": False}
+    operands = {"gpuFeatureDiscovery": True, "dcgmExporter": False, "dcgm": True}
     run = run_program(changed(lambda c: node(c).__setitem__("operands", operands)), "test")
     patch = next(r for r in run.of_type(Token.NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01")
     assert patch.inputs["metadata"]["labels"] == {

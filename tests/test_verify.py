@@ -91,7 +91,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 26 checks, 7 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 30 checks, 7 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,7 +146,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 28 checks, 9 API requests")
+    assert out.strip().endswith("in 32 checks, 9 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -240,3 +240,20 @@ def test_a_context_the_kubeconfig_lacks_is_a_usage_error(tmp_path: Path, capsys:
         status = verify.main(["--stack", "prod", "--kubeconfig", str(kubeconfig)])  # the stack says admin@prod
     assert status == EXIT_USAGE
     assert capsys.readouterr().err.startswith("error: kubeconfig (context admin@prod):")
+
+
+def test_a_plain_runtime_class_with_an_nvidia_handler_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The guard judges a class declared plain as plain: verify proves no such class runs NVIDIA's toolkit."""
+    config = copy.deepcopy(PROD_CONFIG)
+    config[f"{PROJECT}:guard"] = {"plainRuntimeClasses": ["gvisor", "sandboxed"]}
+    stack = str(write_stack(tmp_path, config))
+    cluster = healthy(config)
+    cluster.runtime_classes += [
+        {"metadata": {"name": "gvisor"}, "handler": "runsc"},
+        {"metadata": {"name": "sandboxed"}, "handler": "nvidia-experimental"},
+    ]
+    status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
+    assert status == EXIT_FINDING, out
+    assert mismatches(out) == [
+        ["cluster", "plain", "RuntimeClass", "sandboxed", "not", "NVIDIA's", "nvidia-experimental", "MISMATCH"]
+    ]

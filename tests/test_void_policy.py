@@ -27,13 +27,13 @@ from tests.support.guard import (
     with_ephemeral,
 )
 from tests.support.objects import only
-from tests.support.oracle import NVIDIA_RESOURCE, Cluster, quantity, routes
+from tests.support.oracle import NVIDIA_RESOURCE, example_cluster, quantity, routes
+from tests.support.pod_strategies import pods
 from tests.support.stacks import changed, valid_config, write_stack
-from tests.test_guard_properties import pods
 
 OURS = runtime_class_name("gpu-node-01")
 VOID = {"name": VISIBLE_DEVICES_ENV, "value": "void"}
-CONFIG = changed(lambda c: c.__setitem__("hidden-gpu:guard", {"addVoid": True}))
+CONFIG = changed(lambda c: c.__setitem__("hidden-gpu:guard", {"addVoid": True, "plainRuntimeClasses": ["runc"]}))
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,9 @@ def test_it_only_ever_adds_void_and_what_then_passes_reaches_no_unrequested_devi
                 assert not requests_a_gpu(c), name
                 assert after[name] == {**c, "env": [*c.get("env", []), VOID]}, name
     if admit(pod_policy(run), mutated) == []:
-        assert routes(mutated, Cluster(configmaps={"a": {}, "b": {}}, secrets={"a": {}, "b": {}})) == [], mutated
+        cluster = example_cluster()
+        cluster.configmaps, cluster.secrets = {"a": {}, "b": {}}, {"a": {}, "b": {}}
+        assert routes(mutated, cluster) == [], mutated
 
 
 def test_render_writes_both_objects_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

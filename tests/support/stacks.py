@@ -106,6 +106,10 @@ class Rejection:
     reason: str
 
 
+def _set_allowed_host_path(path: str) -> Callable[[dict[str, Any]], None]:
+    return lambda c: c.__setitem__("hidden-gpu:guard", {"allowedHostPaths": [path]})
+
+
 REJECTIONS = [
     Rejection(
         "gpu-index-number",
@@ -330,6 +334,43 @@ REJECTIONS = [
         "hidden-gpu:guard.allowedHostPaths[0]",
         '"/var//log"',
         "normal form",
+    ),
+    *(
+        Rejection(
+            f"allowed-host-path-{case}",
+            changed(_set_allowed_host_path(path)),
+            "hidden-gpu:guard.allowedHostPaths[0]",
+            f'"{path}"',
+            f"never allowed to tenants: it is, holds or lies inside {protected}",
+        )
+        for case, path, protected in (
+            ("root", "/", "/dev"),
+            ("var-run", "/var/run", "/var/run"),
+            ("holds-runtime-state", "/var/lib", "/var/lib/containerd"),
+            ("socket-under-run", "/run/containerd/containerd.sock", "/run"),
+            ("kubelet-socket", "/var/lib/kubelet/pod-resources", "/var/lib/kubelet"),
+        )
+    ),
+    Rejection(
+        "retired-nvidia-runtime-classes",
+        changed(lambda c: c.__setitem__("hidden-gpu:guard", {"nvidiaRuntimeClasses": ["nvidia"]})),
+        "hidden-gpu:guard.nvidiaRuntimeClasses",
+        '["nvidia"]',
+        "every RuntimeClass is now judged as NVIDIA's unless listed in guard.plainRuntimeClasses",
+    ),
+    Rejection(
+        "operator-class-declared-plain",
+        changed(lambda c: c.__setitem__("hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor", "nvidia"]})),
+        "hidden-gpu:guard.plainRuntimeClasses[1]",
+        '"nvidia"',
+        "an NVIDIA RuntimeClass",
+    ),
+    Rejection(
+        "toolkit-off-where-gpus-are-exposed",
+        changed(lambda c: node(c).__setitem__("operands", {"containerToolkit": False})),
+        "hidden-gpu:nodes[0].operands.containerToolkit",
+        "false",
+        "its pinned plugin and GPU pods run under the toolkit's nvidia runtime",
     ),
     Rejection(
         "cluster-policy-patch-with-envvar-plugins",
