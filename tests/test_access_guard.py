@@ -1,4 +1,4 @@
-"""The access guard as an attacker tests it: every route of issue 12 denied, however it is spelt;
+"""The access guard as an attacker tests it: every route (tests/support/routes.py) denied, however it is spelt;
 every benign pod admitted; updates judged by what they add. The rendered policies run in a real
 CEL engine (tests/support/guard.py); docs/security.md lists the same routes with their sources."""
 
@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, Token, runtime_class_name
+from common.names import DEFAULT_PLUGIN_NAMESPACE, Token
 from offline.program import ProgramRun, run_program
 from tests.support.guard import (
     TENANT,
     admit,
     container,
-    env,
     env_keys_policy,
     plugin_pod,
     pod,
@@ -23,10 +22,8 @@ from tests.support.guard import (
     with_ephemeral,
 )
 from tests.support.objects import only
+from tests.support.routes import BENIGN, GPU_POD, OURS, ROUTES, VOID, capability_pod, host_path_pod
 from tests.support.stacks import changed
-
-OURS = runtime_class_name("gpu-node-01")
-VOID = env("NVIDIA_VISIBLE_DEVICES", "void")
 
 
 def guard(**keys: Any) -> dict[str, Any]:
@@ -42,187 +39,6 @@ def rules_denying(policy: dict[str, Any], obj: dict[str, Any], **kwargs: Any) ->
     messages = admit(policy, obj, **kwargs)
     assert messages is not None, "the policy did not apply"
     return [message.split(":", 1)[0].removeprefix("hidden-gpu guard, rule ") for message in messages]
-
-
-def host_path_pod(path: str, mount_path: str = "/host", read_only: bool = True) -> dict[str, Any]:
-    mount = {"name": "h", "mountPath": mount_path, "readOnly": read_only}
-    return pod(container(volumeMounts=[mount]), volumes=[{"name": "h", "hostPath": {"path": path}}])
-
-
-def mount_pod(mount_path: str, volume: dict[str, Any] | None = None) -> dict[str, Any]:
-    return pod(
-        container(volumeMounts=[{"name": "v", "mountPath": mount_path}]),
-        volumes=[{"name": "v", **(volume or {"emptyDir": {}})}],
-    )
-
-
-def capability_pod(*caps: str) -> dict[str, Any]:
-    return pod(container(securityContext={"capabilities": {"add": list(caps)}}))
-
-
-GPU_POD = pod(container(gpus="1"), runtimeClassName=OURS)
-
-# Each route of issue 12, and the one rule that must deny it.
-ROUTES: dict[str, tuple[dict[str, Any], str | list[str]]] = {
-    # Requests that are not requests: no Allocate for 0, the image's ENV=all stands.
-    "zero-gpus-our-class": (pod(container(gpus="0"), runtimeClassName=OURS), "gpu-runtime-needs-a-request"),
-    "zero-gpus-operator-class-hidden-node": (
-        pod(container(gpus="0"), runtimeClassName="nvidia", nodeSelector={"kubernetes.io/hostname": "gpu-node-02"}),
-        "gpu-runtime-needs-a-request",
-    ),
-    "zero-as-0e3": (pod(container(gpus="0e3"), runtimeClassName="nvidia-cdi"), "gpu-runtime-needs-a-request"),
-    "zero-as-plus-0": (pod(container(gpus="+0"), runtimeClassName="nvidia-legacy"), "gpu-runtime-needs-a-request"),
-    "cpu-quantity-is-no-gpu": (
-        pod(container(resources={"limits": {"cpu": "2"}}), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    # Containers that do not request, in a pod that runs the NVIDIA runtime.
-    "sidecar-without-request": (
-        pod(container(gpus="1"), container("sidecar"), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    "request-only-in-init": (
-        pod(container(), initContainers=[container("init", gpus="1")], runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    "bare-cuda-version": (
-        pod(container(**env("CUDA_VERSION", "12.4")), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    # Spellings of paths the toolkit cleans and the kubelet does not.
-    "double-slash-dev-null": (host_path_pod("//dev/null"), "host-path-volumes"),
-    "double-slash-mount-path": (
-        host_path_pod("/dev/null", "/var//run/nvidia-container-devices/all"),
-        ["host-path-volumes", "device-request-mounts"],
-    ),
-    "dot-dot-mount-path": (mount_pod("/var/lib/../run/nvidia-container-devices/all"), "mount-paths-normal"),
-    "mount-path-double-slash-emptydir": (mount_pod("/var//run/nvidia-container-devices/x"), "device-request-mounts"),
-    "mount-path-dot-segments": (mount_pod("//var/./run/.//nvidia-container-devices/x"), "device-request-mounts"),
-    "mount-path-relative": (mount_pod("var/run/nvidia-container-devices/x"), "mount-paths-normal"),
-    "mount-path-prefix-without-separator": (mount_pod("/var/run/nvidia-container-devicesall"), "device-request-mounts"),
-    "mount-path-under-run": (mount_pod("/run/nvidia-container-devices/all"), "device-request-mounts"),
-    "mount-path-is-the-directory": (mount_pod("/var/run/nvidia-container-devices"), "device-request-mounts"),
-    # Capability names in any case (containerd upper-cases and prefixes CAP_).
-    "sys-admin-lower": (capability_pod("sys_admin"), "capabilities"),
-    "sys-admin-mixed": (capability_pod("Sys_Admin"), "capabilities"),
-    "sys-admin-cap-prefix": (capability_pod("CAP_SYS_ADMIN"), "capabilities"),
-    "sys-admin-cap-lower": (capability_pod("cap_sys_admin"), "capabilities"),
-    "all-capabilities": (capability_pod("ALL"), "capabilities"),
-    "net-admin-not-allowed": (capability_pod("NET_ADMIN"), "capabilities"),
-    "privileged": (pod(container(securityContext={"privileged": True})), "privileged"),
-    "privileged-init": (
-        pod(container(), initContainers=[container("i", securityContext={"privileged": True})]),
-        "privileged",
-    ),
-    # The host, which a deny-list of paths cannot enumerate.
-    "kubelet-device-plugins": (host_path_pod("/var/lib/kubelet/device-plugins"), "host-path-volumes"),
-    "kubelet-root": (host_path_pod("/var/lib/kubelet"), "host-path-volumes"),
-    "containerd-socket": (host_path_pod("/run/containerd/containerd.sock"), "host-path-volumes"),
-    "host-root-via-proc": (host_path_pod("/proc/1/root"), "host-path-volumes"),
-    "toolkit-config": (host_path_pod("/etc/nvidia-container-runtime"), "host-path-volumes"),
-    "cdi-specs": (host_path_pod("/var/run/cdi"), "host-path-volumes"),
-    "static-pods": (host_path_pod("/etc/kubernetes/manifests"), "host-path-volumes"),
-    "masked-unit-is-dev-null": (host_path_pod("/etc/systemd/system/rescue.service"), "host-path-volumes"),
-    "dev": (host_path_pod("/dev"), "host-path-volumes"),
-    "root": (host_path_pod("/"), "host-path-volumes"),
-    # The environment, by the name the process finally sees.
-    "env-all": (pod(container(**env("NVIDIA_VISIBLE_DEVICES", "all"))), "visible-devices-env"),
-    "env-uuid-in-gpu-pod": (
-        pod(
-            container(gpus="1", **env("NVIDIA_VISIBLE_DEVICES", "GPU-8a21c3d4-1e2f-4a3b-8c4d-5e6f7a8b9c0d")),
-            runtimeClassName=OURS,
-        ),
-        "visible-devices-env",
-    ),
-    "env-void-then-all": (
-        pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void,all"}])),
-        "visible-devices-env",
-    ),
-    "env-value-from": (
-        pod(
-            container(
-                env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {"configMapKeyRef": {"name": "g", "key": "k"}}}]
-            )
-        ),
-        "visible-devices-env",
-    ),
-    "env-in-init": (
-        pod(container(), initContainers=[container("i", **env("NVIDIA_VISIBLE_DEVICES", "0"))]),
-        "visible-devices-env",
-    ),
-    "env-from-prefix-nvidia": (
-        pod(container(envFrom=[{"prefix": "NVIDIA_", "configMapRef": {"name": "x"}}])),
-        "visible-devices-env-from",
-    ),
-    "env-from-prefix-whole-name-start": (
-        pod(container(envFrom=[{"prefix": "NVIDIA_VISIBLE_", "secretRef": {"name": "x"}}])),
-        "visible-devices-env-from",
-    ),
-    "env-from-prefix-n": (
-        pod(container(envFrom=[{"prefix": "N", "configMapRef": {"name": "x"}}])),
-        "visible-devices-env-from",
-    ),
-    "cdi-annotation": (pod(annotations={"cdi.k8s.io/gpu": "nvidia.com/gpu=all"}), "cdi-annotations"),
-    # The toolkit's NRI plugin reads its own annotations in the same domain (issue 18, 3).
-    "nri-cdi-container-annotation": (
-        pod(annotations={"nvidia.cdi.k8s.io/container.app": "k8s.device-plugin.nvidia.com/gpu=all"}),
-        "cdi-annotations",
-    ),
-    "nri-cdi-pod-annotation": (
-        pod(annotations={"nvidia.cdi.k8s.io/pod": "k8s.device-plugin.nvidia.com/gpu=all"}),
-        "cdi-annotations",
-    ),
-    # nodeName skips the scheduler; the kubelet drops an NVIDIA request its node does not serve, and
-    # the image's ENV=all picks every GPU (issue 18, 1 and 2).
-    "phantom-resource-bound-by-node-name": (
-        pod(
-            container(gpus="1", resource="nvidia.com/gpu.shared"),
-            runtimeClassName="hidden-gpu-pool-shared",
-            nodeName="gpu-node-01",
-        ),
-        "node-name",
-    ),
-    "all-hidden-node-bound-by-node-name": (
-        pod(container(gpus="1"), container("sidecar", **VOID), runtimeClassName="nvidia", nodeName="gpu-node-02"),
-        "node-name",
-    ),
-    "cpu-pod-bound-by-node-name": (pod(nodeName="gpu-node-02"), "node-name"),
-    # A class no list names still runs NVIDIA's runtime (k3s and RKE2 ship nvidia-experimental).
-    "unlisted-nvidia-class-zero": (
-        pod(container(gpus="0"), runtimeClassName="nvidia-experimental"),
-        "gpu-runtime-needs-a-request",
-    ),
-    "unlisted-nvidia-class-sidecar": (
-        pod(container(gpus="1"), container("sidecar"), runtimeClassName="my-gpu-runtime"),
-        "gpu-runtime-needs-a-request",
-    ),
-    # Host namespaces (issue 18, 5).
-    "host-pid": (pod(hostPID=True), "host-namespaces"),
-    "host-network": (pod(hostNetwork=True), "host-namespaces"),
-    "host-ipc": (pod(hostIPC=True), "host-namespaces"),
-    # The toolkit's feature variables add node-wide devices (issue 18, 6).
-    **{
-        f"feature-env-{name.lower()}": (pod(container(gpus="1", **env(name, "enabled")), runtimeClassName=OURS), rule)
-        for name, rule in (
-            ("NVIDIA_NVSWITCH", "toolkit-feature-env"),
-            ("NVIDIA_MOFED", "toolkit-feature-env"),
-            ("NVIDIA_GDS", "toolkit-feature-env"),
-            ("NVIDIA_GDRCOPY", "toolkit-feature-env"),
-            ("NVIDIA_IMEX_CHANNELS", "toolkit-feature-env"),
-        )
-    },
-    "feature-env-from-prefix": (
-        pod(container(envFrom=[{"prefix": "NVIDIA_G", "configMapRef": {"name": "x"}}])),
-        "visible-devices-env-from",
-    ),
-    "resource-claims": (
-        pod(
-            container(resources={"claims": [{"name": "gpu"}]}),
-            resourceClaims=[{"name": "gpu", "resourceClaimName": "all-gpus"}],
-        ),
-        "resource-claims",
-    ),
-}
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=list(ROUTES))
@@ -262,43 +78,6 @@ def test_a_configmap_or_secret_carrying_the_key_is_denied(run: ProgramRun) -> No
     assert rules_denying(keys, feature) == ["no-visible-devices-key"]
     assert admit(keys, {**configmap, "data": {"MODEL": "llama"}}) == []
     assert admit(keys, configmap, namespace="kube-system") is None
-
-
-BENIGN: dict[str, dict[str, Any]] = {
-    "cpu-pod": pod(),
-    "cuda-image-without-nvidia-runtime": pod(container()),
-    "gpu-pod": GPU_POD,
-    "gpu-pod-two": pod(container(gpus="2"), runtimeClassName=OURS),
-    "time-sliced-shared": pod(container(gpus="1", resource="nvidia.com/gpu.shared"), runtimeClassName=OURS),
-    "mig-mixed": pod(container(gpus="1", resource="nvidia.com/mig-1g.18gb"), runtimeClassName=OURS),
-    "operator-class-with-request": pod(container(gpus="1"), runtimeClassName="nvidia"),
-    "void-sidecar-in-gpu-pod": pod(container(gpus="1"), container("sidecar", **VOID), runtimeClassName=OURS),
-    "void-init-in-gpu-pod": pod(container(gpus="1"), initContainers=[container("init", **VOID)], runtimeClassName=OURS),
-    "cpu-pod-says-void": pod(container(**VOID)),
-    "cpu-pod-says-none": pod(container(**env("NVIDIA_VISIBLE_DEVICES", "none"))),
-    "nginx-empty-dir-at-var-run": mount_pod("/var/run"),
-    "trailing-slash": mount_pod("/data/"),
-    "devices-lookalike": mount_pod("/var/run/nvidia-container-device"),
-    "configmap-volume": mount_pod("/etc/app", {"configMap": {"name": "app"}}),
-    "harmless-capability": capability_pod("NET_BIND_SERVICE", "chown", "cap_kill"),
-    "env-from-other-prefix": pod(container(envFrom=[{"prefix": "APP_", "configMapRef": {"name": "x"}}])),
-    "env-from-no-prefix": pod(container(envFrom=[{"configMapRef": {"name": "x"}}])),
-    "other-env": pod(container(**env("CUDA_VISIBLE_DEVICES", "0"))),
-    "prometheus-annotation": pod(annotations={"prometheus.io/scrape": "true"}),
-    "lookalike-annotation-domain": pod(annotations={"example.com/cdi.k8s.io": "x", "notcdi.k8s.io.example/y": "x"}),
-    "privileged-false": pod(container(securityContext={"privileged": False})),
-    "host-namespaces-false": pod(hostPID=False, hostNetwork=False, hostIPC=False),
-    "node-chosen-by-selector": pod(
-        container(gpus="1"), runtimeClassName="nvidia", nodeSelector={"kubernetes.io/hostname": "gpu-node-01"}
-    ),
-    "dot-segment-elsewhere": mount_pod("/data/./cache"),
-    "double-slash-elsewhere": mount_pod("/data//cache"),
-    "windows-paths": pod(
-        container(volumeMounts=[{"name": "v", "mountPath": "C:\\data"}]),
-        volumes=[{"name": "v", "emptyDir": {}}],
-        os={"name": "windows"},
-    ),
-}
 
 
 @pytest.mark.parametrize("name", BENIGN, ids=list(BENIGN))
