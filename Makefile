@@ -8,7 +8,7 @@ SCAN_DIR := render/scan
 STACK ?= dev
 OUT ?= render/$(STACK)
 
-.PHONY: render test lint scan docs protos clean
+.PHONY: render test e2e lint scan docs protos clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-host.txt constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hidden-gpu needs Python 3.11 or newer")'
@@ -26,6 +26,13 @@ render: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The real tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi CLI and its
+# Kubernetes provider, built from the Go modules pinned in e2e/go/ (cached by version), then tests/real
+# against them on loopback. Needs Go 1.26.6+; docs/testing.md has the times.
+e2e: $(VENV)/.installed
+	$(PY) -m e2e.build
+	$(PY) -m pytest -q -m real tests/real
 
 # docs/configuration.md is generated from the config models; make test fails when it is stale.
 docs: $(VENV)/.installed

@@ -1,0 +1,181 @@
+"""Build the real tier's binaries from Go modules, once per pinned version set.
+
+    python -m e2e.build            # builds what is missing, links e2e/.bin/*, prints each group's time
+    python -m e2e.build --check    # exit 1 unless every binary is already cached (CI's warm check)
+
+The versions live in the wrapper modules' go.mod files (e2e/go/<group>/): the module proxy serves them,
+go.sum pins their content. Each group is cached under $HIDDEN_GPU_E2E_CACHE (default
+~/.cache/hidden-gpu/e2e) in a directory named by a hash of its go.mod, go.sum, the Go version and this
+file's build spec; a warm run builds nothing. Go's own module and build caches stay where `go env` puts
+them. Nothing built is committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODULES = HERE / "go"
+LINKS = HERE / ".bin"
+CACHE = Path(os.environ.get("HIDDEN_GPU_E2E_CACHE", Path.home() / ".cache/hidden-gpu/e2e"))
+# The cold build's Go caches take about 6 GB here; refuse to start a build that cannot finish.
+NEEDED_FREE_BYTES = 12 * 2**30
+PROVIDER_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
+PROVIDER_CMD = "cmd/pulumi-resource-kubernetes"
+
+
+@dataclass(frozen=True)
+class Group:
+    """One wrapper module and the main packages built from it."""
+
+    name: str
+    binaries: dict[str, str]
+    """Output name -> main package."""
+    version_module: str
+    """The module whose selected version (or replacement's version) the binaries report."""
+    ldflags: tuple[str, ...] = ()
+    """-X flags; `{v}` is that version, `{major}`/`{minor}` its parts."""
+    tags: str = ""
+    generated_embeds: bool = False
+    """The provider embeds two JSON files its release build generates (they are not in the module zip)."""
+
+
+K = "k8s.io/component-base/version"
+C = "k8s.io/client-go/pkg/version"
+GROUPS = (
+    Group("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}, "go.etcd.io/etcd/server/v3"),
+    # Without the version the API server reports v0.0.0 and pulumi-kubernetes refuses the cluster.
+    Group(
+        "k8s",
+        {n: f"k8s.io/kubernetes/cmd/{n}" for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")},
+        "k8s.io/kubernetes",
+        tuple(f"{pkg}.{key}={value}" for pkg in (K, C) for key, value in
+              (("gitVersion", "{v}"), ("gitMajor", "{major}"), ("gitMinor", "{minor}"), ("gitTreeState", "clean"))),
+    ),
+    Group("pulumi", {"pulumi": "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"}, "github.com/pulumi/pulumi/pkg/v3",
+          ("github.com/pulumi/pulumi/sdk/v3/go/common/version.Version={v}",), tags="osusergo,grpcnotrace"),
+    Group("pk8s", {"pulumi-resource-kubernetes": f"{PROVIDER_MODULE}/{PROVIDER_CMD}"},
+          "github.com/pulumi/pulumi-kubernetes/sdk/v4",
+          ("github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version={v}",), generated_embeds=True),
+)  # fmt: skip
+
+
+def go(*args: str, cwd: Path, env: dict[str, str] | None = None, capture: bool = True) -> str:
+    merged = {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false", **(env or {})}
+    result = subprocess.run(["go", *args], cwd=cwd, env=merged, check=True, text=True, capture_output=capture)
+    return result.stdout.strip() if capture else ""
+
+
+def module_version(group: Group) -> str:
+    """The version go.mod selects for the group's version module, or that of its replacement."""
+    listed = json.loads(go("list", "-m", "-json", group.version_module, cwd=MODULES / group.name))
+    return str((listed.get("Replace") or {}).get("Version") or listed["Version"])
+
+
+def key(group: Group, go_version: str) -> str:
+    digest = hashlib.sha256()
+    for part in ("go.mod", "go.sum"):
+        digest.update((MODULES / group.name / part).read_bytes())
+    digest.update(go_version.encode())
+    digest.update(repr(group).encode())
+    return digest.hexdigest()[:16]
+
+
+def ldflags(group: Group, version: str) -> str:
+    parts = version.removeprefix("v").split(".")
+    values = {"v": version if group.name != "pk8s" else version.removeprefix("v"), "major": parts[0], "minor": parts[1]}
+    return " ".join(["-s", "-w", *(f"-X {flag.format(**values)}" for flag in group.ldflags)])
+
+
+def build(group: Group, target: Path) -> None:
+    """Build into a temporary directory beside the target, then move it into place: never half a group."""
+    version = module_version(group)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        cwd, env = MODULES / group.name, {}
+        if group.generated_embeds:
+            # A fixed source path per key: Go's build cache then serves a rebuild of the same pins.
+            src = CACHE / "src" / target.name
+            shutil.rmtree(src, ignore_errors=True)
+            env = {"GOWORK": str(_provider_workspace(group, src, version))}
+        flags = ["-trimpath", "-ldflags", ldflags(group, version)] + (["-tags", group.tags] if group.tags else [])
+        for name, package in group.binaries.items():
+            go("build", *flags, "-o", str(staging / "out" / name), package, cwd=cwd, env=env, capture=False)
+        (staging / "out" / "VERSION").write_text(f"{group.name} {version}\n")
+        os.replace(staging / "out", target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _provider_workspace(group: Group, src: Path, version: str) -> Path:  # the go.work file
+    """A Go workspace with a copy of the provider module from the module cache plus the two files its own
+    generate.go writes, so `go build` finds what the module's `//go:embed` lines name. `go build -overlay`
+    cannot do this: it refuses to replace files in GOMODCACHE."""
+    wrapper = MODULES / group.name
+    go("mod", "download", PROVIDER_MODULE, cwd=wrapper)
+    module_dir = Path(go("list", "-m", "-f", "{{.Dir}}", PROVIDER_MODULE, cwd=wrapper))
+    copy = src / "provider"
+    shutil.copytree(module_dir, copy)
+    for path in copy.rglob("*"):
+        path.chmod(path.stat().st_mode | 0o200)
+    command = copy / PROVIDER_CMD
+    go("build", "-o", str(src / "generate"), str(module_dir / PROVIDER_CMD / "generate.go"), cwd=wrapper)
+    subprocess.run(
+        [str(src / "generate")], cwd=command, env={**os.environ, "VERSION": version.removeprefix("v")}, check=True
+    )
+    sdk = "github.com/pulumi/pulumi-kubernetes/sdk/v4"
+    (src / "go.work").write_text(
+        f"go {go('env', 'GOVERSION', cwd=wrapper).removeprefix('go')}\n\nuse (\n\t{wrapper}\n\t{copy}\n)\n\n"
+        # The provider's own go.mod points its SDK at ../sdk (the same commit): the release's SDK module.
+        f"replace {sdk} => {sdk} {version}\n"
+    )
+    return src / "go.work"
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
+    arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
+    args = arguments.parse_args(argv)
+    if shutil.which("go") is None:
+        print("e2e.build: the real tier needs Go 1.26.6 or newer on PATH", file=sys.stderr)
+        return 2
+    go_version = go("env", "GOVERSION", cwd=HERE)
+    (CACHE / "bin").mkdir(parents=True, exist_ok=True)
+    LINKS.mkdir(exist_ok=True)
+    missing = []
+    for group in GROUPS:
+        target = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
+        if not target.is_dir():
+            missing.append(group.name)
+            if args.check:
+                continue
+            if shutil.disk_usage(CACHE).free < NEEDED_FREE_BYTES:
+                print(f"e2e.build: less than {NEEDED_FREE_BYTES >> 30} GiB free under {CACHE}", file=sys.stderr)
+                return 3
+            started = time.monotonic()
+            build(group, target)
+            print(f"{group.name}: built in {time.monotonic() - started:.0f} s -> {target}", flush=True)
+        else:
+            print(f"{group.name}: cached {target}")
+        for name in group.binaries:
+            link = LINKS / name
+            link.unlink(missing_ok=True)
+            link.symlink_to(target / name)
+    if args.check and missing:
+        print(f"e2e.build: not cached: {', '.join(missing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""A real Kubernetes control plane on loopback, for the real test tier: etcd on tmpfs, kube-apiserver with
+its own CA, token authentication, RBAC and the admission plugins a production cluster runs,
+kube-controller-manager and kube-scheduler. Like controller-runtime's envtest (binaries in one
+directory, generated certificates, an admin identity), but it also runs the controllers and the
+scheduler, so DaemonSets get pods, pods get nodes and quotas get counted.
+
+    with ControlPlane.start(bin_dir) as plane:
+        plane.kubeconfig("admin")   # a kubeconfig file for an identity of tokens.csv
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Identities of the token file: name -> (groups). The tenant gets `edit` in its namespaces only.
+IDENTITIES = {
+    "admin": ["system:masters"],
+    "system:kube-controller-manager": [],
+    "system:kube-scheduler": [],
+    "tenant": ["hidden-gpu:tenants"],
+}
+SERVICE_RANGE = "10.96.0.0/24"
+# What a production API server admits with (kube-apiserver's defaults plus NodeRestriction and PodSecurity
+# made explicit); ValidatingAdmissionPolicy and MutatingAdmissionPolicy are on by default from 1.30 and 1.36.
+ADMISSION_PLUGINS = (
+    "NamespaceLifecycle,LimitRanger,ServiceAccount,NodeRestriction,PodSecurity,Priority,RuntimeClass,"
+    "DefaultTolerationSeconds,MutatingAdmissionPolicy,ValidatingAdmissionPolicy,ResourceQuota"
+)
+CONTROLLERS = (
+    "daemonset-controller,resourcequota-controller,serviceaccount-controller,serviceaccount-token-controller,"
+    "namespace-controller,garbage-collector-controller,validatingadmissionpolicy-status-controller,"
+    "clusterrole-aggregation-controller"
+)
+READY_SECONDS = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(directory: Path) -> None:
+    """A CA, the API server's serving certificate for 127.0.0.1, and the service-account key pair."""
+    directory.mkdir(parents=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+             "-subj", "/CN=hidden-gpu-e2e-ca", cwd=directory)  # fmt: skip
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out", "apiserver.csr",
+             "-subj", "/CN=kube-apiserver", cwd=directory)  # fmt: skip
+    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "apiserver.crt", "-days", "2", "-extfile", "san.cnf", cwd=directory)  # fmt: skip
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=directory)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
+
+
+@dataclass
+class ControlPlane:
+    root: Path
+    url: str
+    tokens: dict[str, str]
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _plurals: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
+
+    @classmethod
+    @contextmanager
+    def start(cls, bin_dir: Path) -> Iterator[ControlPlane]:
+        """Everything under one tmpfs directory, removed afterwards; every process stopped, even on failure."""
+        base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+        root = Path(tempfile.mkdtemp(prefix="hidden-gpu-e2e-", dir=base))
+        plane = cls(root, "", {name: os.urandom(16).hex() for name in IDENTITIES})
+        try:
+            plane._start(bin_dir)
+            yield plane
+        finally:
+            plane.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _start(self, bin_dir: Path) -> None:
+        pki = self.root / "pki"
+        make_pki(pki)
+        (self.root / "tokens.csv").write_text(
+            "".join(
+                f"{self.tokens[name]},{name},{name}{',' + json.dumps(','.join(groups)) if groups else ''}\n"
+                for name, groups in IDENTITIES.items()
+            )
+        )
+        (self.root / "audit.yaml").write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
+        etcd_client, etcd_peer, api = free_port(), free_port(), free_port()
+        self.url = f"https://127.0.0.1:{api}"
+        self._spawn("etcd", bin_dir / "etcd", "--name", "e2e", "--data-dir", str(self.root / "etcd"),
+                    "--unsafe-no-fsync", "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
+                    "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
+                    "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+                    "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
+                    "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}", "--log-level", "warn")  # fmt: skip
+        self._spawn("kube-apiserver", bin_dir / "kube-apiserver",
+                    f"--etcd-servers=http://127.0.0.1:{etcd_client}", "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1", f"--secure-port={api}",
+                    f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
+                    f"--client-ca-file={pki}/ca.crt", f"--token-auth-file={self.root}/tokens.csv",
+                    "--anonymous-auth=false", "--authorization-mode=RBAC", "--allow-privileged=true",
+                    f"--service-cluster-ip-range={SERVICE_RANGE}", f"--service-account-issuer={self.url}",
+                    f"--service-account-key-file={pki}/sa.pub", f"--service-account-signing-key-file={pki}/sa.key",
+                    f"--enable-admission-plugins={ADMISSION_PLUGINS}", "--profiling=false",
+                    f"--audit-policy-file={self.root}/audit.yaml", f"--audit-log-path={self.root}/audit.log",
+                    "--v=0")  # fmt: skip
+        self.wait_ready()
+        for component in ("kube-controller-manager", "kube-scheduler"):
+            identity = (
+                "system:kube-controller-manager" if component == "kube-controller-manager" else "system:kube-scheduler"
+            )
+            extra = (
+                [f"--controllers={CONTROLLERS}", f"--service-account-private-key-file={pki}/sa.key",
+                 f"--root-ca-file={pki}/ca.crt", "--use-service-account-credentials=true"]
+                if component == "kube-controller-manager"
+                else []
+            )  # fmt: skip
+            self._spawn(component, bin_dir / component, f"--kubeconfig={self.kubeconfig(identity)}",
+                        "--leader-elect=false", "--secure-port=0", *extra)  # fmt: skip
+
+    def _spawn(self, name: str, binary: Path, *args: str) -> None:
+        with (self.root / f"{name}.log").open("wb") as log:  # the child keeps its own descriptor
+            self.processes[name] = subprocess.Popen(
+                [str(binary), *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_SECONDS
+        while True:
+            try:
+                if self.request("GET", "/readyz", raw=True) == "ok":
+                    return
+            except (OSError, urllib.error.URLError, ApiError):
+                pass
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited: {self.log(name)[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"kube-apiserver not ready in {READY_SECONDS} s: {self.log('kube-apiserver')[-3000:]}"
+                )
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        running = list(reversed(self.processes.values()))
+        for process in running:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in running:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    def kubeconfig(self, identity: str) -> Path:
+        """A kubeconfig file for one identity; its context is named `<identity>@e2e`."""
+        path = self.root / f"{identity.replace(':', '_')}.kubeconfig"
+        context = f"{identity}@e2e"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "e2e", "cluster": {"server": self.url, "certificate-authority": str(self.root / "pki/ca.crt")}}
+            ],
+            "users": [{"name": identity, "user": {"token": self.tokens[identity]}}],
+            "contexts": [{"name": context, "context": {"cluster": "e2e", "user": identity}}],
+            "current-context": context,
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def path(self, obj: dict[str, Any], *, collection: bool = False) -> str:
+        """The REST path of an object (or of its collection), found through API discovery."""
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+        if (api_version, kind) not in self._plurals:
+            for resource in self.request("GET", base)["resources"]:
+                if "/" not in resource["name"]:
+                    self._plurals[(api_version, resource["kind"])] = (resource["name"], resource["namespaced"])
+        plural, namespaced = self._plurals[(api_version, kind)]
+        metadata = obj.get("metadata") or {}
+        scope = f"/namespaces/{metadata.get('namespace') or 'default'}" if namespaced else ""
+        return f"{base}{scope}/{plural}" + ("" if collection else f"/{metadata['name']}")
+
+    def apply(self, obj: dict[str, Any], *, identity: str = "admin", manager: str = "e2e") -> Any:
+        """Server-side apply, forced: the object as given becomes this manager's."""
+        return self.request(
+            "PATCH",
+            f"{self.path(obj)}?fieldManager={manager}&force=true",
+            obj,
+            identity=identity,
+            content_type="application/apply-patch+yaml",
+        )
+
+    def create(self, obj: dict[str, Any], *, identity: str = "admin", dry_run: bool = False) -> Any:
+        query = "?dryRun=All" if dry_run else ""
+        return self.request("POST", self.path(obj, collection=True) + query, obj, identity=identity)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        identity: str = "admin",
+        content_type: str = "application/json",
+        raw: bool = False,
+    ) -> Any:
+        """One API request; JSON in and out. An HTTP error raises ApiError with the server's Status."""
+        context = ssl.create_default_context(cafile=str(self.root / "pki/ca.crt"))
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.tokens[identity]}")
+        if data is not None:
+            request.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=60) as response:
+                text = response.read().decode()
+                warnings = response.headers.get_all("Warning") or []
+        except urllib.error.HTTPError as error:
+            text = error.read().decode(errors="replace")
+            try:
+                status = json.loads(text)
+            except ValueError:
+                status = {"message": text}
+            raise ApiError(error.code, status) from None
+        if raw:
+            return text
+        result = json.loads(text) if text else {}
+        if isinstance(result, dict):
+            result["__warnings__"] = warnings
+        return result
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, status: dict[str, Any]) -> None:
+        super().__init__(f"{code}: {status.get('message', status)}")
+        self.code = code
+        self.status = status
+
+    @property
+    def message(self) -> str:
+        return str(self.status.get("message", ""))

@@ -1,0 +1,150 @@
+"""The real tier's fixtures: a control plane built from Go modules (python -m e2e.build), started once per
+session on loopback, with the cluster a stack expects around it: GPU nodes with NVIDIA capacity,
+tenant namespaces, a tenant identity with `edit` there only, and the GPU Operator's namespace and
+ClusterPolicy kind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.build import LINKS
+from e2e.controlplane import ApiError, ControlPlane
+
+TENANT = "ml-team"
+TENANT_NAMESPACES = (TENANT, "ml-training", "ml-inference")
+GPU_NODES = {"gpu-node-01": 8, "gpu-node-02": 8}
+REQUIRED = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/real/" in str(item.path):
+            item.add_marker(pytest.mark.real)
+
+
+@pytest.fixture(scope="session")
+def bin_dir() -> Path:
+    missing = [name for name in REQUIRED if not (LINKS / name).exists()]
+    if missing:
+        pytest.fail(f"no {', '.join(missing)} in {LINKS}: build them first with python -m e2e.build (make e2e does)")
+    return LINKS
+
+
+@pytest.fixture(scope="session")
+def plane(bin_dir: Path) -> Iterator[ControlPlane]:
+    with ControlPlane.start(bin_dir) as started:
+        seed(started)
+        yield started
+
+
+def node(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "nvidia.com/gpu.present": "true"},
+        },
+    }
+
+
+def node_status(gpus: int) -> dict[str, Any]:
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    return {
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "fixture"}],
+        }
+    }
+
+
+def seed(plane: ControlPlane) -> None:
+    """What a GPU cluster has before hidden-gpu: GPU nodes (Ready, with the operator's plugin's capacity),
+    namespaces, the tenant's `edit` role in its own namespaces, and a ClusterPolicy kind."""
+    for name, gpus in GPU_NODES.items():
+        plane.request("POST", "/api/v1/nodes", node(name, gpus))
+        set_node_status(plane, name, gpus)
+        # The API server taints a new node not-ready; the node lifecycle controller (not run here: without
+        # kubelet heartbeats it would evict everything) lifts the taint once the node reports Ready.
+        plane.request(
+            "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type="application/merge-patch+json"
+        )
+    for namespace in (*TENANT_NAMESPACES, "gpu-operator"):
+        plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    for namespace in TENANT_NAMESPACES:
+        plane.request(
+            "POST",
+            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+            {
+                "metadata": {"name": "tenant-edit"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:tenants"}],
+            },
+        )
+    # `edit` does not grant kubectl debug (this API server says so); platforms that allow it add this.
+    plane.request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {
+            "metadata": {"name": "debug-pods"},
+            "rules": [{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["update", "patch"]}],
+        },
+    )
+    plane.request(
+        "POST",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{TENANT}/rolebindings",
+        {
+            "metadata": {"name": "tenant-debug"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "debug-pods"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:tenants"}],
+        },
+    )
+    # The GPU Operator's ClusterPolicy kind. Its own CRD could not be had here (the module proxy refuses
+    # github.com/NVIDIA/gpu-operator@v26.7.0), so this one keeps the group, version, kind and scope and no schema.
+    plane.request(
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        {
+            "metadata": {"name": "clusterpolicies.nvidia.com"},
+            "spec": {
+                "group": "nvidia.com",
+                "scope": "Cluster",
+                "names": {"plural": "clusterpolicies", "singular": "clusterpolicy", "kind": "ClusterPolicy"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        },
+    )
+
+
+def set_node_status(plane: ControlPlane, name: str, gpus: int) -> None:
+    plane.request(
+        "PATCH", f"/api/v1/nodes/{name}/status", node_status(gpus), content_type="application/merge-patch+json"
+    )
+
+
+def eventually(check: Callable[[], Any], seconds: float = 30.0, what: str = "condition") -> Any:
+    """The check's first truthy result, polling; fails with the last error or result after `seconds`."""
+    deadline = time.monotonic() + seconds
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (ApiError, AssertionError, KeyError) as error:
+            last = error
+        time.sleep(0.25)
+    pytest.fail(f"{what} not reached in {seconds} s: {last}")

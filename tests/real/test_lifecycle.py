@@ -1,0 +1,331 @@
+"""The Pulumi lifecycle for real: the pinned Pulumi CLI and Kubernetes provider (python -m e2e.build) run
+this program (__main__.py, as an Automation API inline program) against the loopback control plane, with
+a file backend and a passphrase. Every step is judged on the live objects through the API, never on
+Pulumi's words: preview, up, an empty second preview, a changed UUID, a node leaving the stack, destroy,
+cluster.release, and cluster.verify before and after tampering. The scheduler and the DaemonSet controller
+are real; the kubelet is not, so a small loop plays its part: it reports bound pods Running and Ready, and
+a node's nvidia.com/gpu as what the plugin there advertises (the kubelet's device manager does both)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import runpy
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from cluster import release, verify
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
+from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, POLICY_NAME, device_plugin_name
+from e2e.build import LINKS
+from e2e.controlplane import ApiError, ControlPlane
+from tests.real.conftest import eventually
+from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
+
+PROGRAM = Path(__file__).resolve().parents[2] / "__main__.py"
+STACK = "e2e"
+OTHER = "GPU-0b1c2d3e-4f5a-4b6c-9d7e-8f9a0b1c2d3e"
+TOOLKIT_LABEL = OPERAND_LABELS["container_toolkit"]
+PLUGIN_NAMESPACE = "hidden-gpu-system"
+
+
+def program() -> None:
+    runpy.run_path(str(PROGRAM), run_name="__main__")
+
+
+@dataclass
+class Project:
+    """A stack of this program in its own work directory and file backend."""
+
+    work: Path
+    stack: auto.Stack
+    config: dict[str, Any]
+
+    @property
+    def stack_file(self) -> Path:
+        return self.work / f"Pulumi.{STACK}.yaml"
+
+    def write(self, change: Any = None) -> None:
+        if change:
+            change(self.config)
+        self.stack_file.write_text(yaml.safe_dump({"config": self.config}, sort_keys=False))
+
+
+def nodes(exposed: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "gpu-node-01",
+            "exposedGpus": exposed,
+            "hiddenGpus": [u for u in (*HIDDEN, EXPOSED) if u not in exposed],
+        },
+        {"name": "gpu-node-02", "exposedGpus": [], "hiddenGpus": list(FULLY_HIDDEN)},
+    ]
+
+
+class FakeKubelet(threading.Thread):
+    """What the kubelets of the two fixture nodes would report: pods bound there Running and Ready, deleted
+    ones gone once "stopped", and nvidia.com/gpu capacity as the plugin on the node advertises it."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        super().__init__(daemon=True)
+        self.plane = plane
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.3):
+            try:
+                self.report()
+            except ApiError:
+                continue
+
+    def report(self) -> None:
+        plugins: dict[str, int] = {}
+        for pod in self.plane.request("GET", "/api/v1/pods")["items"]:
+            spec, status, meta = pod["spec"], pod.get("status", {}), pod["metadata"]
+            if not spec.get("nodeName"):
+                continue
+            if meta.get("deletionTimestamp"):  # containers stopped: the kubelet removes the pod for good
+                self.plane.request(
+                    "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {"gracePeriodSeconds": 0}
+                )
+                continue
+            env = {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])}
+            if "NVIDIA_VISIBLE_DEVICES" in env and pod["metadata"]["namespace"] == PLUGIN_NAMESPACE:
+                plugins[spec["nodeName"]] = len(env["NVIDIA_VISIBLE_DEVICES"].split(","))
+            if status.get("phase") == "Running":
+                continue
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            ready = {"status": "True", "lastTransitionTime": now}
+            self.plane.request(
+                "PATCH",
+                f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}/status",
+                {
+                    "status": {
+                        "phase": "Running",
+                        "startTime": now,
+                        "conditions": [{"type": t, **ready} for t in ("Initialized", "ContainersReady", "Ready")],
+                        "containerStatuses": [
+                            {
+                                "name": c["name"],
+                                "image": c["image"],
+                                "imageID": "",
+                                "ready": True,
+                                "started": True,
+                                "restartCount": 0,
+                                "state": {"running": {"startedAt": now}},
+                            }
+                            for c in spec["containers"]
+                        ],
+                    }
+                },
+                content_type="application/merge-patch+json",
+            )
+        for node in ("gpu-node-01", "gpu-node-02"):
+            gpus = str(plugins.get(node, 0))
+            live = self.plane.request("GET", f"/api/v1/nodes/{node}")["status"]["capacity"].get("nvidia.com/gpu")
+            if live != gpus:
+                self.plane.request(
+                    "PATCH",
+                    f"/api/v1/nodes/{node}/status",
+                    {"status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}},
+                    content_type="application/merge-patch+json",
+                )
+
+
+@pytest.fixture(scope="module")
+def kubelet(plane: ControlPlane) -> Iterator[FakeKubelet]:
+    loop = FakeKubelet(plane)
+    loop.start()
+    yield loop
+    loop.stopping.set()
+    loop.join()
+
+
+@pytest.fixture(scope="module")
+def project(plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    work = tmp_path_factory.mktemp("pulumi")
+    (work / "state").mkdir()
+    os.environ["PATH"] = f"{LINKS}{os.pathsep}{os.environ['PATH']}"
+    env = {
+        "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
+        "PULUMI_HOME": str(work / "home"),
+        "PULUMI_CONFIG_PASSPHRASE": "e2e",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PATH": os.environ["PATH"],
+    }
+    config = {
+        "pulumi:disable-default-providers": ["kubernetes"],
+        "kubernetes:kubeconfig": str(plane.kubeconfig("admin")),
+        "kubernetes:context": "admin@e2e",
+        "hidden-gpu:nodes": nodes([EXPOSED]),
+        "hidden-gpu:quotas": {"ml-training": 1},
+    }
+    # The GPU Operator labelled its nodes before hidden-gpu existed, as its own field manager.
+    for name in ("gpu-node-01", "gpu-node-02"):
+        plane.apply(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {DEVICE_PLUGIN_LABEL: "true"}}},
+            manager="gpu-operator",
+        )
+    options = auto.LocalWorkspaceOptions(
+        work_dir=str(work), env_vars=env, project_settings=auto.ProjectSettings(name="hidden-gpu", runtime="python")
+    )
+    result = Project(work, None, config)  # type: ignore[arg-type]
+    result.write()
+    result.stack = auto.create_or_select_stack(
+        stack_name=STACK, project_name="hidden-gpu", program=program, opts=options
+    )
+    return result
+
+
+def labels(plane: ControlPlane, node: str) -> dict[str, str]:
+    return dict(plane.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels", {}))
+
+
+def plugin(plane: ControlPlane, node: str) -> dict[str, Any] | None:
+    try:
+        return dict(
+            plane.request("GET", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(node)}")
+        )
+    except ApiError as error:
+        if error.code == 404:
+            return None
+        raise
+
+
+def plugin_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    return list(plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")["items"])
+
+
+def run_verify(project: Project, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    status = verify.main(["--stack-file", str(project.stack_file), "--deadline", "30"])
+    return status, capsys.readouterr().out
+
+
+TIMES: dict[str, float] = {}
+
+
+def record_times(times: dict[str, float]) -> None:
+    """The steps' wall times, for docs/performance.md: printed with -s, written where E2E_TIMES points."""
+    print(times)
+    target = os.environ.get("E2E_TIMES")
+    if target:
+        Path(target).write_text(json.dumps(times, indent=2) + "\n")
+
+
+def timed(step: str, call: Any) -> Any:
+    started = time.monotonic()
+    result = call()
+    TIMES[step] = round(time.monotonic() - started, 1)
+    return result
+
+
+def test_lifecycle(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    """One stack's life, in order: each step starts from what the one before left."""
+    first_up(plane, project, capsys)
+    change_a_uuid(plane, project)
+    tamper_and_repair(plane, project, capsys)
+    leave_destroy_release(plane, project, capsys)
+    record_times(TIMES)
+
+
+def first_up(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    stack = project.stack
+    preview = timed("preview", lambda: stack.preview(diff=True))
+    assert preview.change_summary.get("create", 0) >= 15, preview.change_summary
+    assert labels(plane, "gpu-node-01")[DEVICE_PLUGIN_LABEL] == "true"  # a preview changes nothing
+
+    timed("up", lambda: stack.up(on_output=None))
+    for node in ("gpu-node-01", "gpu-node-02"):
+        assert labels(plane, node)[DEVICE_PLUGIN_LABEL] == "false", node
+        assert labels(plane, node)[NODE_LABEL] == node
+    assert labels(plane, "gpu-node-02")[TOOLKIT_LABEL] == "false"
+    assert TOOLKIT_LABEL not in labels(plane, "gpu-node-01")
+    # The real DaemonSet controller made one pod, and the real scheduler bound it to exactly its node.
+    events = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/events"
+    pods = eventually(
+        lambda: plugin_pods(plane),
+        what=f"the plugin pod ({[e['message'] for e in plane.request('GET', events)['items']]})",
+    )
+    assert [p["spec"]["nodeName"] for p in pods] == ["gpu-node-01"]
+    assert plane.request("GET", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY_NAME}")
+
+    status, out = run_verify(project, capsys)
+    assert status == EXIT_OK, out
+
+    timed("preview again", lambda: stack.preview(expect_no_changes=True))
+
+
+def change_a_uuid(plane: ControlPlane, project: Project) -> None:
+    stack = project.stack
+    project.write(lambda c: c.__setitem__("hidden-gpu:nodes", nodes([OTHER])))
+    changed = timed("preview a changed UUID", lambda: stack.preview(diff=True))
+    assert changed.change_summary.get("update") == 1, changed.change_summary
+    # Exactly that field, on the one DaemonSet. The engine's diff names the list index (`env[0]`), not the
+    # variable: the review has to know env[0] is NVIDIA_VISIBLE_DEVICES (offline.diff names it).
+    assert f'value: "{EXPOSED}" => "{OTHER}"' in changed.stdout, changed.stdout
+    assert "kubernetes:apps/v1:DaemonSet: (update)" in changed.stdout
+    timed("up a changed UUID", stack.up)
+    daemonset = plugin(plane, "gpu-node-01")
+    assert daemonset is not None
+    env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == OTHER
+
+
+def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    """Tampering, seen by verify: the switch removed, the guard only warning."""
+    stack = project.stack
+    saved = labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL]
+    plane.request("PATCH", "/api/v1/nodes/gpu-node-02", {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: None}}},
+                  content_type="application/merge-patch+json")  # fmt: skip
+    binding = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{POLICY_NAME}"
+    plane.request(
+        "PATCH", binding, {"spec": {"validationActions": ["Warn"]}}, content_type="application/merge-patch+json"
+    )
+    status, out = run_verify(project, capsys)
+    assert status == EXIT_FINDING, out
+    wrong = [line.split()[:3] for line in out.splitlines() if line.endswith("MISMATCH")]
+    assert ["gpu-node-02", "label", DEVICE_PLUGIN_LABEL] in wrong and ["cluster", "binding", POLICY_NAME] in wrong, out
+    timed("up without refresh", stack.up)
+    # Pulumi compares with its state, not the cluster: without a refresh the removed label stays removed.
+    assert DEVICE_PLUGIN_LABEL not in labels(plane, "gpu-node-02")
+    # validationActions is a set list: server-side apply keeps the Warn another manager set and adds Deny,
+    # which the API server refuses ("must not contain both Deny and Warn"). So `up` cannot repair this
+    # binding; the runbook's repair is an update that replaces the list (docs/operations.md).
+    plane.request(
+        "PATCH", binding, {"spec": {"validationActions": ["Deny"]}}, content_type="application/merge-patch+json"
+    )
+    timed("refresh", stack.refresh)
+    timed("up after refresh", stack.up)
+    assert labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL] == saved == "false"
+    assert plane.request("GET", binding)["spec"]["validationActions"] == ["Deny"]
+    timed("preview after repair", lambda: stack.preview(expect_no_changes=True))
+
+
+def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    """A node leaves the stack: its plugin goes, its labels stay (the patch is retained)."""
+    stack = project.stack
+    project.write(lambda c: c.__setitem__("hidden-gpu:nodes", copy.deepcopy(nodes([OTHER])[1:])))
+    timed("up without gpu-node-01", stack.up)
+    assert plugin(plane, "gpu-node-01") is None
+    assert labels(plane, "gpu-node-01")[DEVICE_PLUGIN_LABEL] == "false"
+
+    timed("destroy", stack.destroy)
+    for node in ("gpu-node-01", "gpu-node-02"):
+        assert labels(plane, node)[DEVICE_PLUGIN_LABEL] == "false", node
+
+    # The deliberate way back: a node the stack no longer lists is released; one it lists is refused.
+    assert release.main(["--stack-file", str(project.stack_file), "--node", "gpu-node-01", "--yes"]) == EXIT_OK
+    assert DEVICE_PLUGIN_LABEL not in labels(plane, "gpu-node-01") and NODE_LABEL not in labels(plane, "gpu-node-01")
+    assert release.main(["--stack-file", str(project.stack_file), "--node", "gpu-node-02", "--yes"]) == EXIT_USAGE
+    assert labels(plane, "gpu-node-02")[TOOLKIT_LABEL] == "false"
+    capsys.readouterr()
