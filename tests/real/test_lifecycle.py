@@ -11,8 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import runpy
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,20 +24,14 @@ from pulumi import automation as auto
 from cluster import release, verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
 from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, POLICY_NAME, device_plugin_name
-from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import eventually
+from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
-PROGRAM = Path(__file__).resolve().parents[2] / "__main__.py"
 STACK = "e2e"
 OTHER = "GPU-0b1c2d3e-4f5a-4b6c-9d7e-8f9a0b1c2d3e"
 TOOLKIT_LABEL = OPERAND_LABELS["container_toolkit"]
-PLUGIN_NAMESPACE = "hidden-gpu-system"
-
-
-def program() -> None:
-    runpy.run_path(str(PROGRAM), run_name="__main__")
 
 
 @dataclass
@@ -71,98 +63,15 @@ def nodes(exposed: list[str]) -> list[dict[str, Any]]:
     ]
 
 
-class FakeKubelet(threading.Thread):
-    """What the kubelets of the two fixture nodes would report: pods bound there Running and Ready, deleted
-    ones gone once "stopped", and nvidia.com/gpu capacity as the plugin on the node advertises it."""
-
-    def __init__(self, plane: ControlPlane) -> None:
-        super().__init__(daemon=True)
-        self.plane = plane
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.wait(0.3):
-            try:
-                self.report()
-            except ApiError:
-                continue
-
-    def report(self) -> None:
-        plugins: dict[str, int] = {}
-        for pod in self.plane.request("GET", "/api/v1/pods")["items"]:
-            spec, status, meta = pod["spec"], pod.get("status", {}), pod["metadata"]
-            if not spec.get("nodeName"):
-                continue
-            if meta.get("deletionTimestamp"):  # containers stopped: the kubelet removes the pod for good
-                self.plane.request(
-                    "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {"gracePeriodSeconds": 0}
-                )
-                continue
-            env = {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])}
-            if "NVIDIA_VISIBLE_DEVICES" in env and pod["metadata"]["namespace"] == PLUGIN_NAMESPACE:
-                plugins[spec["nodeName"]] = len(env["NVIDIA_VISIBLE_DEVICES"].split(","))
-            if status.get("phase") == "Running":
-                continue
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            ready = {"status": "True", "lastTransitionTime": now}
-            self.plane.request(
-                "PATCH",
-                f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}/status",
-                {
-                    "status": {
-                        "phase": "Running",
-                        "startTime": now,
-                        "conditions": [{"type": t, **ready} for t in ("Initialized", "ContainersReady", "Ready")],
-                        "containerStatuses": [
-                            {
-                                "name": c["name"],
-                                "image": c["image"],
-                                "imageID": "",
-                                "ready": True,
-                                "started": True,
-                                "restartCount": 0,
-                                "state": {"running": {"startedAt": now}},
-                            }
-                            for c in spec["containers"]
-                        ],
-                    }
-                },
-                content_type="application/merge-patch+json",
-            )
-        for node in ("gpu-node-01", "gpu-node-02"):
-            gpus = str(plugins.get(node, 0))
-            live = self.plane.request("GET", f"/api/v1/nodes/{node}")["status"]["capacity"].get("nvidia.com/gpu")
-            if live != gpus:
-                self.plane.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{node}/status",
-                    {"status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}},
-                    content_type="application/merge-patch+json",
-                )
-
-
 @pytest.fixture(scope="module")
 def kubelet(plane: ControlPlane) -> Iterator[FakeKubelet]:
-    loop = FakeKubelet(plane)
-    loop.start()
-    yield loop
-    loop.stopping.set()
-    loop.join()
+    with FakeKubelet(plane, ["gpu-node-01", "gpu-node-02"]) as loop:
+        yield loop
 
 
 @pytest.fixture(scope="module")
 def project(plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory) -> Project:
     work = tmp_path_factory.mktemp("pulumi")
-    (work / "state").mkdir()
-    os.environ["PATH"] = f"{LINKS}{os.pathsep}{os.environ['PATH']}"
-    env = {
-        "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
-        "PULUMI_HOME": str(work / "home"),
-        "PULUMI_CONFIG_PASSPHRASE": "e2e",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-        "PATH": os.environ["PATH"],
-    }
     config = {
         "pulumi:disable-default-providers": ["kubernetes"],
         "kubernetes:kubeconfig": str(plane.kubeconfig("admin")),
@@ -176,14 +85,9 @@ def project(plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {DEVICE_PLUGIN_LABEL: "true"}}},
             manager="gpu-operator",
         )
-    options = auto.LocalWorkspaceOptions(
-        work_dir=str(work), env_vars=env, project_settings=auto.ProjectSettings(name="hidden-gpu", runtime="python")
-    )
     result = Project(work, None, config)  # type: ignore[arg-type]
     result.write()
-    result.stack = auto.create_or_select_stack(
-        stack_name=STACK, project_name="hidden-gpu", program=program, opts=options
-    )
+    result.stack = pulumi_stack(work, STACK)
     return result
 
 
@@ -214,12 +118,14 @@ def run_verify(project: Project, capsys: pytest.CaptureFixture[str]) -> tuple[in
 TIMES: dict[str, float] = {}
 
 
-def record_times(times: dict[str, float]) -> None:
-    """The steps' wall times, for docs/performance.md: printed with -s, written where E2E_TIMES points."""
+def record_times(times: dict[str, float], name: str = "lifecycle") -> None:
+    """The steps' wall times, for docs/performance.md: printed with -s, written into the directory
+    E2E_TIMES names as <name>.json."""
     print(times)
     target = os.environ.get("E2E_TIMES")
     if target:
-        Path(target).write_text(json.dumps(times, indent=2) + "\n")
+        Path(target).mkdir(parents=True, exist_ok=True)
+        (Path(target) / f"{name}.json").write_text(json.dumps(times, indent=2) + "\n")
 
 
 def timed(step: str, call: Any) -> Any:
@@ -320,6 +226,9 @@ def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.
     assert labels(plane, "gpu-node-01")[DEVICE_PLUGIN_LABEL] == "false"
 
     timed("destroy", stack.destroy)
+    # Retained on delete, like the label patches (components/plugin_namespace.py): still there, empty.
+    assert plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}")["status"]["phase"] == "Active"
+    assert plugin_pods(plane) == [] or all(p["metadata"].get("deletionTimestamp") for p in plugin_pods(plane))
     for node in ("gpu-node-01", "gpu-node-02"):
         assert labels(plane, node)[DEVICE_PLUGIN_LABEL] == "false", node
 
