@@ -8,7 +8,7 @@ SCAN_DIR := render/scan
 STACK ?= dev
 OUT ?= render/$(STACK)
 
-.PHONY: render test e2e lint scan docs protos clean
+.PHONY: render test e2e gpu-runtime-bin lint scan docs protos clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-host.txt constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hidden-gpu needs Python 3.11 or newer")'
@@ -33,6 +33,12 @@ test: $(VENV)/.installed
 e2e: $(VENV)/.installed
 	$(PY) -m e2e.build
 	$(PY) -m pytest -q -m real tests/real
+
+# The GPU host check's binaries (NVIDIA's container toolkit, runc), copied into e2e/.gpu to carry to a
+# GPU host: there, python3 e2e/gpu_runtime_check.py --bin e2e/.gpu --out DIR (docs/testing.md).
+gpu-runtime-bin: $(VENV)/.installed
+	$(PY) -m e2e.build --gpu-host
+	mkdir -p e2e/.gpu && cp -L e2e/.bin/runc e2e/.bin/nvidia-ctk e2e/.bin/nvidia-container-runtime e2e/.bin/nvidia-cdi-hook e2e/.gpu/
 
 # docs/configuration.md is generated from the config models; make test fails when it is stale.
 docs: $(VENV)/.installed

@@ -48,6 +48,10 @@ class Group:
     tags: str = ""
     generated_embeds: bool = False
     """The provider embeds two JSON files its release build generates (they are not in the module zip)."""
+    cgo: bool = False
+    """runc's nsenter and the toolkit's NVML binding are C: linked against this machine's glibc."""
+    gpu_host: bool = False
+    """Carried to the GPU host (e2e/gpu_host_check.sh), not run by the real tier."""
 
 
 K = "k8s.io/component-base/version"
@@ -67,6 +71,13 @@ GROUPS = (
     Group("pk8s", {"pulumi-resource-kubernetes": f"{PROVIDER_MODULE}/{PROVIDER_CMD}"},
           "github.com/pulumi/pulumi-kubernetes/sdk/v4",
           ("github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version={v}",), generated_embeds=True),
+    Group("toolkit", {n: f"github.com/NVIDIA/nvidia-container-toolkit/cmd/{n}"
+                      for n in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook")},
+          "github.com/NVIDIA/nvidia-container-toolkit",
+          ("github.com/NVIDIA/nvidia-container-toolkit/internal/info.version={v}",), cgo=True, gpu_host=True),
+    # Without the seccomp tag runc needs no libseccomp; the check's containers set no seccomp profile.
+    Group("runc", {"runc": "github.com/opencontainers/runc"}, "github.com/opencontainers/runc",
+          ("main.version={v}",), cgo=True, gpu_host=True),
 )  # fmt: skip
 
 
@@ -93,7 +104,8 @@ def key(group: Group, go_version: str) -> str:
 
 def ldflags(group: Group, version: str) -> str:
     parts = version.removeprefix("v").split(".")
-    values = {"v": version if group.name != "pk8s" else version.removeprefix("v"), "major": parts[0], "minor": parts[1]}
+    bare = group.name in ("pk8s", "toolkit", "runc")  # these report versions without the v
+    values = {"v": version.removeprefix("v") if bare else version, "major": parts[0], "minor": parts[1]}
     return " ".join(["-s", "-w", *(f"-X {flag.format(**values)}" for flag in group.ldflags)])
 
 
@@ -102,7 +114,7 @@ def build(group: Group, target: Path) -> None:
     version = module_version(group)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        cwd, env = MODULES / group.name, {}
+        cwd, env = MODULES / group.name, {"CGO_ENABLED": "1"} if group.cgo else {}
         if group.generated_embeds:
             # A fixed source path per key: Go's build cache then serves a rebuild of the same pins.
             src = CACHE / "src" / target.name
@@ -145,6 +157,9 @@ def _provider_workspace(group: Group, src: Path, version: str) -> Path:  # the g
 def main(argv: list[str] | None = None) -> int:
     arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
+    arguments.add_argument(
+        "--gpu-host", action="store_true", help="the GPU host check's binaries (toolkit, runc) instead of the tier's"
+    )
     args = arguments.parse_args(argv)
     if shutil.which("go") is None:
         print("e2e.build: the real tier needs Go 1.26.6 or newer on PATH", file=sys.stderr)
@@ -153,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     (CACHE / "bin").mkdir(parents=True, exist_ok=True)
     LINKS.mkdir(exist_ok=True)
     missing = []
-    for group in GROUPS:
+    for group in (g for g in GROUPS if g.gpu_host == args.gpu_host):
         target = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
         if not target.is_dir():
             missing.append(group.name)
