@@ -8,7 +8,7 @@ SCAN_DIR := render/scan
 STACK ?= dev
 OUT ?= render/$(STACK)
 
-.PHONY: render test e2e gpu-runtime-bin lint scan docs protos clean
+.PHONY: render test test-all e2e gpu-runtime-bin lint scan docs protos clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-host.txt constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hidden-gpu needs Python 3.11 or newer")'
@@ -26,6 +26,10 @@ render: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# The slow tests and every property test at its full example count (tests/support/examples.py).
+test-all: $(VENV)/.installed
+	HIDDEN_GPU_PROPERTIES=thorough $(PY) -m pytest -q -m 'not real'
 
 # The real tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi CLI and its
 # Kubernetes provider, built from the Go modules pinned in e2e/go/ (cached by version), then tests/real

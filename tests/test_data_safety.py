@@ -380,6 +380,7 @@ def test_a_run_leaves_no_event_loop_open() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_repeated_renders_print_nothing_on_stderr(tmp_path: Path) -> None:
     for attempt in range(12):
         result = subprocess.run(

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offline.program import run_program
+from tests.support.examples import examples
 from tests.support.guard import admit, env_keys_policy, pod_policy
 from tests.support.oracle import example_cluster, routes
 from tests.support.pod_strategies import ALLOWED_PATH, benign_pods, data, pods
@@ -20,7 +21,7 @@ from tests.support.stacks import changed
 # runc and gvisor are declared plain; the example cluster's nodes say which handlers really are NVIDIA's.
 GUARD = {"allowedHostPaths": [ALLOWED_PATH], "plainRuntimeClasses": ["gvisor", "runc"]}
 CONFIG = changed(lambda c: c.__setitem__("hidden-gpu:guard", GUARD))
-FAST = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def test_whatever_the_guard_admits_reaches_no_unrequested_device(
         assert routes(pod, cluster) == [], pod
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pod=benign_pods())
 def test_pods_of_benign_parts_are_admitted(
     policies: tuple[dict[str, Any], dict[str, Any]], pod: dict[str, Any]

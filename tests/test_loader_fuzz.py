@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from common.cli import EXIT_OK, EXIT_USAGE
 from offline import render
 from stack_config import InvalidConfigError, load_stack_file
+from tests.support.examples import examples
 from tests.support.stacks import EXPOSED, HIDDEN
 
 KEYS = ["nodes", "quotas", "devicePlugin", "guard", "clusterPolicy", "nodez", "exposedGpus"]
@@ -81,7 +82,11 @@ def check_answer(path: Path) -> None:
             assert len(line) < 1000, line
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@settings(
+    max_examples=examples(400),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
+)
 @given(config=configs, raw=st.one_of(st.none(), st.sampled_from(YAML_11)), depth=st.sampled_from([0, 0, 5, 40]))
 def test_the_loader_answers_a_stack_or_located_problems(
     config: dict[str, Any], raw: str | None, depth: int, tmp_path_factory: pytest.TempPathFactory
@@ -91,7 +96,7 @@ def test_the_loader_answers_a_stack_or_located_problems(
     check_answer(path)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.binary(max_size=300))
 def test_arbitrary_bytes_are_refused_in_one_line(data: bytes, tmp_path_factory: pytest.TempPathFactory) -> None:
     path = tmp_path_factory.mktemp("bytes") / "Pulumi.bytes.yaml"
@@ -99,7 +104,11 @@ def test_arbitrary_bytes_are_refused_in_one_line(data: bytes, tmp_path_factory: 
     check_answer(path)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@settings(
+    max_examples=examples(25),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example],
+)
 @given(config=configs, raw=st.one_of(st.none(), st.sampled_from(YAML_11)))
 def test_render_exits_0_or_2_and_writes_nothing_on_2(
     config: dict[str, Any], raw: str | None, tmp_path_factory: pytest.TempPathFactory

@@ -164,6 +164,7 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert all(c["ok"] for c in report["checks"])
 
 
+@pytest.mark.slow
 def test_a_thousand_nodes_take_a_handful_of_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = {**synthetic_stack(1000), "kubernetes:context": "admin@test"}
     cluster = healthy(config)

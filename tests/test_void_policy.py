@@ -16,6 +16,7 @@ from common.names import VISIBLE_DEVICES_ENV, VOID_POLICY_NAME, Token, runtime_c
 from components.access_guard import CONTAINER_KINDS
 from offline import render
 from offline.program import ProgramRun, run_program
+from tests.support.examples import examples
 from tests.support.guard import (
     admit,
     container,
@@ -149,7 +150,7 @@ def requests_a_gpu(c: dict[str, Any]) -> bool:
     return any(NVIDIA_RESOURCE.fullmatch(k) and quantity(v) > 0 for k, v in limits.items())
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(generated=pods())
 def test_it_only_ever_adds_void_and_what_then_passes_reaches_no_unrequested_device(
     run: ProgramRun, policy: dict[str, Any], generated: dict[str, Any]
