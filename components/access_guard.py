@@ -26,12 +26,15 @@ from common.names import (
     DEVICE_ENV,
     DEVICE_REQUEST_DIR,
     ENV_KEYS_POLICY_NAME,
+    FIELD_MANAGER,
+    FIELD_MANAGER_ANNOTATION,
     HOST_NAMESPACE_FIELDS,
     NO_GPU_VALUES,
     NVIDIA_RESOURCE_PATTERN,
     PARENT_SEGMENT_PATTERN,
     PART_OF,
     PART_OF_LABEL,
+    PATCH_FORCE_ANNOTATION,
     POLICY_NAME,
     PROJECT,
     TOOLKIT_FEATURE_ENV,
@@ -408,7 +411,13 @@ def _core_resources(resources: list[str]) -> k8s.admissionregistration.v1.MatchR
 
 
 def _metadata(name: str) -> k8s.meta.v1.ObjectMetaArgs:
-    return k8s.meta.v1.ObjectMetaArgs(name=name, labels={PART_OF_LABEL: PART_OF})
+    # Retained on delete, so a later `up` (this stack's or a new one's) must take the objects back: one
+    # well-known field manager, forcing over whoever changed them meanwhile.
+    return k8s.meta.v1.ObjectMetaArgs(
+        name=name,
+        labels={PART_OF_LABEL: PART_OF},
+        annotations={FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"},
+    )
 
 
 def _variable_args(named: list[tuple[str, str]]) -> list[k8s.admissionregistration.v1.VariableArgs]:
@@ -441,6 +450,10 @@ class AccessGuard(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AccessGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.ACCESS_GUARD, name, None, opts)
+        # Fail closed: `pulumi destroy` keeps the node patches (the nodes stay hidden), so it keeps the guard
+        # too; without it a retained node is open to `runtimeClassName: nvidia` + `ENV=all`. Removing it is a
+        # deliberate step once every node is released (docs/operations.md).
+        self._retained = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
         pods = PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args))
         keys = PolicySpec(ENV_KEYS_POLICY_NAME, ["configmaps", "secrets"], [], [ENV_KEY_RULE])
         self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, args)
@@ -482,13 +495,13 @@ class AccessGuard(pulumi.ComponentResource):
                     )
                 ],
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._retained,
         )
         binding = k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
             binding_resource,
             metadata=_metadata(VOID_POLICY_NAME),
             spec=k8s.admissionregistration.v1.MutatingAdmissionPolicyBindingSpecArgs(policy_name=policy.metadata.name),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._retained,
         )
         return policy, binding
 
@@ -513,7 +526,7 @@ class AccessGuard(pulumi.ComponentResource):
                     for rule in spec.rules
                 ],
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._retained,
         )
         binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
             binding_resource,
@@ -522,6 +535,6 @@ class AccessGuard(pulumi.ComponentResource):
                 policy_name=policy.metadata.name,
                 validation_actions=VALIDATION_ACTIONS[args.mode],
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=self._retained,
         )
         return policy, binding

@@ -17,6 +17,8 @@ from common.names import (
     DEV_NULL,
     DEVICE_PLUGIN_LABEL,
     DEVICE_REQUEST_DIR,
+    FIELD_MANAGER,
+    FIELD_MANAGER_ANNOTATION,
     GPU_RESOURCE,
     KUBELET_DEVICE_PLUGINS,
     NODE_LABEL,
@@ -115,7 +117,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 labels=node_labels(node),
                 # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
                 # force, server-side apply would refuse to take that field over.
-                annotations={PATCH_FORCE_ANNOTATION: "true"},
+                annotations={PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
             ),
             # Fail closed: a node that leaves the stack (or a typo that renames it, or `pulumi
             # destroy`) keeps its labels and stays hidden. Deleting the patch would remove them,

@@ -156,6 +156,13 @@ def first_up(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixtur
         assert labels(plane, node)[NODE_LABEL] == node
     assert labels(plane, "gpu-node-02")[TOOLKIT_LABEL] == "false"
     assert TOOLKIT_LABEL not in labels(plane, "gpu-node-01")
+    # The switch is ours now, under the well-known manager; the operator's manager no longer owns it.
+    managers = {
+        f["manager"]
+        for f in plane.request("GET", "/api/v1/nodes/gpu-node-01")["metadata"]["managedFields"]
+        if f"f:{DEVICE_PLUGIN_LABEL}" in json.dumps(f.get("fieldsV1", {}))
+    }
+    assert managers == {"hidden-gpu"}, managers
     # The real DaemonSet controller made one pod, and the real scheduler bound it to exactly its node.
     events = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/events"
     pods = eventually(
@@ -226,6 +233,9 @@ def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.
     assert labels(plane, "gpu-node-01")[DEVICE_PLUGIN_LABEL] == "false"
 
     timed("destroy", stack.destroy)
+    # The guard outlives destroy, like the label patches: the retained hidden nodes stay guarded.
+    guard = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{POLICY_NAME}"
+    assert plane.request("GET", guard)["spec"]["validationActions"] == ["Deny"]
     # Retained on delete, like the label patches (components/plugin_namespace.py): still there, empty.
     assert plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}")["status"]["phase"] == "Active"
     assert plugin_pods(plane) == [] or all(p["metadata"].get("deletionTimestamp") for p in plugin_pods(plane))
