@@ -42,7 +42,7 @@ def plane(bin_dir: Path) -> Iterator[ControlPlane]:
         yield started
 
 
-def node(name: str, gpus: int) -> dict[str, Any]:
+def node(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -68,25 +68,11 @@ def seed(plane: ControlPlane) -> None:
     """What a GPU cluster has before hidden-gpu: GPU nodes (Ready, with the operator's plugin's capacity),
     namespaces, the tenant's `edit` role in its own namespaces, and a ClusterPolicy kind."""
     for name, gpus in GPU_NODES.items():
-        plane.request("POST", "/api/v1/nodes", node(name, gpus))
-        set_node_status(plane, name, gpus)
-        # The API server taints a new node not-ready; the node lifecycle controller (not run here: without
-        # kubelet heartbeats it would evict everything) lifts the taint once the node reports Ready.
-        plane.request(
-            "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type="application/merge-patch+json"
-        )
+        add_gpu_node(plane, name, gpus)
     for namespace in (*TENANT_NAMESPACES, "gpu-operator"):
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     for namespace in TENANT_NAMESPACES:
-        plane.request(
-            "POST",
-            f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-            {
-                "metadata": {"name": "tenant-edit"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:tenants"}],
-            },
-        )
+        bind_tenants(plane, namespace, "edit")
     # `edit` does not grant kubectl debug (this API server says so); platforms that allow it add this.
     plane.request(
         "POST",
@@ -96,15 +82,7 @@ def seed(plane: ControlPlane) -> None:
             "rules": [{"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["update", "patch"]}],
         },
     )
-    plane.request(
-        "POST",
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{TENANT}/rolebindings",
-        {
-            "metadata": {"name": "tenant-debug"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "debug-pods"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:tenants"}],
-        },
-    )
+    bind_tenants(plane, TENANT, "debug-pods")
     # The GPU Operator's ClusterPolicy kind. Its own CRD could not be had here (the module proxy refuses
     # github.com/NVIDIA/gpu-operator@v26.7.0), so this one keeps the group, version, kind and scope and no schema.
     plane.request(
@@ -125,6 +103,29 @@ def seed(plane: ControlPlane) -> None:
                     }
                 ],
             },
+        },
+    )
+
+
+def add_gpu_node(plane: ControlPlane, name: str, gpus: int) -> None:
+    """A Ready node with the operator's plugin's capacity, as its kubelet would register it."""
+    plane.request("POST", "/api/v1/nodes", node(name))
+    set_node_status(plane, name, gpus)
+    # The API server taints a new node not-ready; the node lifecycle controller (not run here: without
+    # kubelet heartbeats it would evict everything) lifts the taint once the node reports Ready.
+    plane.request(
+        "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type="application/merge-patch+json"
+    )
+
+
+def bind_tenants(plane: ControlPlane, namespace: str, cluster_role: str) -> None:
+    plane.request(
+        "POST",
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "metadata": {"name": f"tenants-{cluster_role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:tenants"}],
         },
     )
 

@@ -8,11 +8,14 @@ registers; without one, none). Everything else is the real thing.
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pulumi import automation as auto
 
@@ -20,8 +23,31 @@ from common.names import PLUGIN_NAME, PLUGIN_NAME_LABEL
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 
+T = TypeVar("T")
 PROGRAM = Path(__file__).resolve().parents[2] / "__main__.py"
 PLUGIN_NAMESPACE = "hidden-gpu-system"
+
+
+class Stopwatch(dict[str, float]):
+    """Wall seconds per step, for docs/performance.md: printed (pytest -s shows them) and written into
+    the directory E2E_TIMES names, as <name>.json."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def timed(self, step: str, call: Callable[[], T]) -> T:
+        started = time.monotonic()
+        result = call()
+        self[step] = round(time.monotonic() - started, 1)
+        return result
+
+    def record(self) -> None:
+        print(dict(self))
+        target = os.environ.get("E2E_TIMES")
+        if target:
+            Path(target).mkdir(parents=True, exist_ok=True)
+            (Path(target) / f"{self.name}.json").write_text(json.dumps(self, indent=2) + "\n")
 
 
 def program() -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +18,14 @@ from typing import Any
 import pytest
 import yaml
 from pulumi import automation as auto
+from pulumi.automation import OpType
 
 from cluster import release, verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
 from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, POLICY_NAME, device_plugin_name
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import eventually
-from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, pulumi_stack
+from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
 STACK = "e2e"
@@ -115,24 +114,7 @@ def run_verify(project: Project, capsys: pytest.CaptureFixture[str]) -> tuple[in
     return status, capsys.readouterr().out
 
 
-TIMES: dict[str, float] = {}
-
-
-def record_times(times: dict[str, float], name: str = "lifecycle") -> None:
-    """The steps' wall times, for docs/performance.md: printed with -s, written into the directory
-    E2E_TIMES names as <name>.json."""
-    print(times)
-    target = os.environ.get("E2E_TIMES")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        (Path(target) / f"{name}.json").write_text(json.dumps(times, indent=2) + "\n")
-
-
-def timed(step: str, call: Any) -> Any:
-    started = time.monotonic()
-    result = call()
-    TIMES[step] = round(time.monotonic() - started, 1)
-    return result
+TIMES = Stopwatch("lifecycle")
 
 
 def test_lifecycle(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
@@ -141,16 +123,16 @@ def test_lifecycle(plane: ControlPlane, project: Project, capsys: pytest.Capture
     change_a_uuid(plane, project)
     tamper_and_repair(plane, project, capsys)
     leave_destroy_release(plane, project, capsys)
-    record_times(TIMES)
+    TIMES.record()
 
 
 def first_up(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     stack = project.stack
-    preview = timed("preview", lambda: stack.preview(diff=True))
-    assert preview.change_summary.get("create", 0) >= 15, preview.change_summary
+    preview = TIMES.timed("preview", lambda: stack.preview(diff=True))
+    assert preview.change_summary.get(OpType.CREATE, 0) >= 15, preview.change_summary
     assert labels(plane, "gpu-node-01")[DEVICE_PLUGIN_LABEL] == "true"  # a preview changes nothing
 
-    timed("up", lambda: stack.up(on_output=None))
+    TIMES.timed("up", lambda: stack.up(on_output=None))
     for node in ("gpu-node-01", "gpu-node-02"):
         assert labels(plane, node)[DEVICE_PLUGIN_LABEL] == "false", node
         assert labels(plane, node)[NODE_LABEL] == node
@@ -175,19 +157,19 @@ def first_up(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixtur
     status, out = run_verify(project, capsys)
     assert status == EXIT_OK, out
 
-    timed("preview again", lambda: stack.preview(expect_no_changes=True))
+    TIMES.timed("preview again", lambda: stack.preview(expect_no_changes=True))
 
 
 def change_a_uuid(plane: ControlPlane, project: Project) -> None:
     stack = project.stack
     project.write(lambda c: c.__setitem__("hidden-gpu:nodes", nodes([OTHER])))
-    changed = timed("preview a changed UUID", lambda: stack.preview(diff=True))
-    assert changed.change_summary.get("update") == 1, changed.change_summary
+    changed = TIMES.timed("preview a changed UUID", lambda: stack.preview(diff=True))
+    assert changed.change_summary.get(OpType.UPDATE) == 1, changed.change_summary
     # Exactly that field, on the one DaemonSet. The engine's diff names the list index (`env[0]`), not the
     # variable: the review has to know env[0] is NVIDIA_VISIBLE_DEVICES (offline.diff names it).
     assert f'value: "{EXPOSED}" => "{OTHER}"' in changed.stdout, changed.stdout
     assert "kubernetes:apps/v1:DaemonSet: (update)" in changed.stdout
-    timed("up a changed UUID", stack.up)
+    TIMES.timed("up a changed UUID", stack.up)
     daemonset = plugin(plane, "gpu-node-01")
     assert daemonset is not None
     env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -208,7 +190,7 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     assert status == EXIT_FINDING, out
     wrong = [line.split()[:3] for line in out.splitlines() if line.endswith("MISMATCH")]
     assert ["gpu-node-02", "label", DEVICE_PLUGIN_LABEL] in wrong and ["cluster", "binding", POLICY_NAME] in wrong, out
-    timed("up without refresh", stack.up)
+    TIMES.timed("up without refresh", stack.up)
     # Pulumi compares with its state, not the cluster: without a refresh the removed label stays removed.
     assert DEVICE_PLUGIN_LABEL not in labels(plane, "gpu-node-02")
     # validationActions is a set list: server-side apply keeps the Warn another manager set and adds Deny,
@@ -217,22 +199,22 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     plane.request(
         "PATCH", binding, {"spec": {"validationActions": ["Deny"]}}, content_type="application/merge-patch+json"
     )
-    timed("refresh", stack.refresh)
-    timed("up after refresh", stack.up)
+    TIMES.timed("refresh", stack.refresh)
+    TIMES.timed("up after refresh", stack.up)
     assert labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL] == saved == "false"
     assert plane.request("GET", binding)["spec"]["validationActions"] == ["Deny"]
-    timed("preview after repair", lambda: stack.preview(expect_no_changes=True))
+    TIMES.timed("preview after repair", lambda: stack.preview(expect_no_changes=True))
 
 
 def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     """A node leaves the stack: its plugin goes, its labels stay (the patch is retained)."""
     stack = project.stack
     project.write(lambda c: c.__setitem__("hidden-gpu:nodes", copy.deepcopy(nodes([OTHER])[1:])))
-    timed("up without gpu-node-01", stack.up)
+    TIMES.timed("up without gpu-node-01", stack.up)
     assert plugin(plane, "gpu-node-01") is None
     assert labels(plane, "gpu-node-01")[DEVICE_PLUGIN_LABEL] == "false"
 
-    timed("destroy", stack.destroy)
+    TIMES.timed("destroy", stack.destroy)
     # The guard outlives destroy, like the label patches: the retained hidden nodes stay guarded.
     guard = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{POLICY_NAME}"
     assert plane.request("GET", guard)["spec"]["validationActions"] == ["Deny"]

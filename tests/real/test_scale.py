@@ -4,20 +4,19 @@ change, destroy leaves every node hidden. Times go to docs/performance.md (E2E_T
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pulumi.automation import OpType
 
 from common.names import DEVICE_PLUGIN_LABEL, INSTANCE_LABEL
 from e2e.controlplane import ControlPlane
 from offline.bench import synthetic_stack
-from tests.real.conftest import eventually, node, set_node_status
-from tests.real.harness import FakeKubelet, pulumi_stack
-from tests.real.test_lifecycle import record_times
+from tests.real.conftest import add_gpu_node, eventually
+from tests.real.harness import FakeKubelet, Stopwatch, pulumi_stack
 
 NODES = 100
 FLEET_NAMESPACE = "hidden-gpu-fleet"
@@ -28,11 +27,7 @@ def fleet(plane: ControlPlane) -> Iterator[list[str]]:
     config = synthetic_stack(NODES)
     names = [n["name"] for n in config["hidden-gpu:nodes"]]
     for name in names:
-        plane.request("POST", "/api/v1/nodes", node(name, 8))
-        set_node_status(plane, name, 8)
-        plane.request(
-            "PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, content_type="application/merge-patch+json"
-        )
+        add_gpu_node(plane, name, 8)
     with FakeKubelet(plane, names):
         yield names
 
@@ -47,16 +42,9 @@ def test_a_hundred_nodes(plane: ControlPlane, fleet: list[str], tmp_path: Path) 
     }
     (tmp_path / "Pulumi.fleet.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
     stack = pulumi_stack(tmp_path, "fleet")
-    times: dict[str, float] = {}
-
-    def timed(step: str, call: Any) -> Any:
-        started = time.monotonic()
-        result = call()
-        times[step] = round(time.monotonic() - started, 1)
-        return result
-
-    up = timed(f"up, {NODES} nodes", stack.up)
-    assert up.summary.resource_changes.get("create", 0) >= 4 * NODES
+    times = Stopwatch("scale")
+    up = times.timed(f"up, {NODES} nodes", stack.up)
+    assert (up.summary.resource_changes or {}).get(OpType.CREATE, 0) >= 4 * NODES
     pods = eventually(
         lambda: (
             (p := plane.request("GET", f"/api/v1/namespaces/{FLEET_NAMESPACE}/pods")["items"]) and len(p) == NODES and p
@@ -66,12 +54,12 @@ def test_a_hundred_nodes(plane: ControlPlane, fleet: list[str], tmp_path: Path) 
     assert sorted((p["metadata"]["labels"][INSTANCE_LABEL], p["spec"]["nodeName"]) for p in pods) == [
         (n, n) for n in fleet
     ]
-    timed(f"preview, {NODES} nodes, no change", lambda: stack.preview(expect_no_changes=True))
-    timed(f"destroy, {NODES} nodes", stack.destroy)
+    times.timed(f"preview, {NODES} nodes, no change", lambda: stack.preview(expect_no_changes=True))
+    times.timed(f"destroy, {NODES} nodes", stack.destroy)
     hidden = [
         n
         for n in fleet
         if plane.request("GET", f"/api/v1/nodes/{n}")["metadata"]["labels"].get(DEVICE_PLUGIN_LABEL) == "false"
     ]
     assert hidden == fleet
-    record_times(times, "scale")
+    times.record()
