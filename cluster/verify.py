@@ -7,9 +7,9 @@ RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. P
 and allocatable equal what the stack advertises, the operator switches are set, no operator plugin
 runs there, and exactly one pinned plugin is Ready there whose NVIDIA_VISIBLE_DEVICES is the
 stack's exposed UUIDs, in order. Stack-wide: the RuntimeClasses (and no class the guard takes as plain
-with an NVIDIA handler), both admission policies (their
-rules), their bindings (the stack's mode), the void policy if `guard.addVoid` (its variables and
-mutation) and the quotas exist as the program declares them.
+with an NVIDIA handler), both admission policies field by field (failure policy, matches, exemptions,
+variables, rules), their bindings (the stack's mode, every namespace), the void policy if
+`guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
 --kubeconfig say otherwise. Exit 1 on any mismatch, 2 on an invalid stack or kubeconfig, 3 when the
 API server cannot be reached, refuses, or answers something malformed, 4 on an internal error.
@@ -44,9 +44,16 @@ from common.names import (
 )
 from components.access_guard import (
     ENV_KEY_RULE,
+    ENV_KEYS_RESOURCES,
+    NOT_EXEMPT,
+    POD_RESOURCES,
     VALIDATION_ACTIONS,
     AccessGuardArgs,
+    Rule,
+    exemption,
+    resource_rule,
     rules,
+    variables,
     void_mutation,
     void_variables,
 )
@@ -167,20 +174,11 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
             handler if "nvidia" in handler.lower() else "not NVIDIA's",
         )
     args = AccessGuardArgs.of(stack)
-    for policy_name, expected_rules in ((POLICY_NAME, rules(args)), (ENV_KEYS_POLICY_NAME, [ENV_KEY_RULE])):
-        policy = live.policies.get(policy_name)
-        expressions = [v.get("expression") for v in ((policy or {}).get("spec") or {}).get("validations") or []]
-        same = expressions == [r.expression for r in expected_rules]
-        actual = "as declared" if same else ("<missing>" if policy is None else "rules differ")
-        yield Check("cluster", f"ValidatingAdmissionPolicy {policy_name}", "as declared", actual)
-        binding = live.bindings.get(policy_name)
-        actions = ((binding or {}).get("spec") or {}).get("validationActions")
-        yield Check(
-            "cluster",
-            f"binding {policy_name} actions",
-            ",".join(VALIDATION_ACTIONS[args.mode]),
-            ",".join(actions) if actions else "<missing>",
-        )
+    for declared in (
+        GuardPolicy(POLICY_NAME, POD_RESOURCES, variables(args), rules(args)),
+        GuardPolicy(ENV_KEYS_POLICY_NAME, ENV_KEYS_RESOURCES, [], [ENV_KEY_RULE]),
+    ):
+        yield from _check_guard_policy(declared, args, live)
     if args.add_void:
         yield from _check_void_policy(live)
     for namespace, limit in sorted(stack.quotas.items()):
@@ -188,6 +186,65 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
         hard = ((quota or {}).get("spec") or {}).get("hard") or {}
         actual = hard.get(GPU_QUOTA_KEY, "<missing>") if quota else "<missing>"
         yield Check(namespace, f"ResourceQuota {GPU_QUOTA_KEY}", str(limit), str(actual))
+
+
+@dataclass(frozen=True)
+class GuardPolicy:
+    """What the program declares for one of the guard's ValidatingAdmissionPolicies."""
+
+    name: str
+    resources: list[str]
+    variables: list[tuple[str, str]]
+    rules: list[Rule]
+
+
+def _check_guard_policy(declared: GuardPolicy, args: AccessGuardArgs, live: Live) -> Iterator[Check]:
+    """Every field of the policy and its binding that decides what is judged and what a failure does: a
+    policy that fails open, matches other requests, exempts more namespaces, or a binding that warns or
+    binds fewer namespaces, each named."""
+    policy = live.policies.get(declared.name)
+    what = f"ValidatingAdmissionPolicy {declared.name}"
+    if policy is None:
+        yield Check("cluster", what, "as declared", "<missing>")
+    else:
+        spec = policy.get("spec") or {}
+        rules_live = [
+            {key: rule.get(key) for key in ("apiGroups", "apiVersions", "operations", "resources")}
+            for rule in (spec.get("matchConstraints") or {}).get("resourceRules") or []
+        ]
+        conditions = {c.get("name"): c.get("expression") for c in spec.get("matchConditions") or []}
+        live_variables = [(v.get("name"), v.get("expression")) for v in spec.get("variables") or []]
+        live_rules = [v.get("expression") for v in spec.get("validations") or []]
+        fields = (
+            ("failurePolicy", "Fail", str(spec.get("failurePolicy"))),
+            ("matches", "as declared", _same(rules_live, [resource_rule(declared.resources)])),
+            ("exemptions", "as declared", _same(conditions, {NOT_EXEMPT: f"!({exemption(args)})"})),
+            ("variables", "as declared", _same(live_variables, declared.variables)),
+            ("rules", "as declared", _same(live_rules, [r.expression for r in declared.rules])),
+        )
+        for field, expected, actual in fields:
+            yield Check("cluster", f"{what} {field}", expected, actual)
+    binding = live.bindings.get(declared.name)
+    spec = (binding or {}).get("spec") or {}
+    actions = spec.get("validationActions")
+    yield Check(
+        "cluster",
+        f"binding {declared.name} actions",
+        ",".join(VALIDATION_ACTIONS[args.mode]),
+        ",".join(actions) if actions else "<missing>",
+    )
+    # A binding without matchResources applies wherever the policy matches; any selector narrows it.
+    scope = {k: v for k, v in (spec.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
+    bound = (
+        "<missing>"
+        if binding is None
+        else ("every namespace" if not scope and not spec.get("paramRef") else "narrowed")
+    )
+    yield Check("cluster", f"binding {declared.name} scope", "every namespace", bound)
+
+
+def _same(live: object, declared: object) -> str:
+    return "as declared" if live == declared else "differs"
 
 
 def _check_void_policy(live: Live) -> Iterator[Check]:

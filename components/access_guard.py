@@ -64,6 +64,8 @@ DEVICE_REQUEST_PATTERNS = [
 POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
 # Pods, and `kubectl debug`'s way of adding a container to a running one.
 POD_RESOURCES = ["pods", "pods/ephemeralcontainers"]
+# What envFrom turns into environment variables.
+ENV_KEYS_RESOURCES = ["configmaps", "secrets"]
 # The pod's container lists, in the order the kubelet starts them.
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 # Both pod policies judge CREATE and UPDATE apart.
@@ -399,12 +401,20 @@ def exemption(args: AccessGuardArgs) -> str:
     return f"{by_name} || (namespaceObject != null && ({pairs}))"
 
 
+def resource_rule(resources: list[str]) -> dict[str, list[str]]:
+    """Creates and updates of these core (v1) resources and subresources, in wire names (verify reads them)."""
+    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
+
+
 def _core_resources(resources: list[str]) -> k8s.admissionregistration.v1.MatchResourcesArgs:
-    """Creates and updates of these core (v1) resources and subresources."""
+    rule = resource_rule(resources)
     return k8s.admissionregistration.v1.MatchResourcesArgs(
         resource_rules=[
             k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
-                api_groups=[""], api_versions=["v1"], operations=["CREATE", "UPDATE"], resources=resources
+                api_groups=rule["apiGroups"],
+                api_versions=rule["apiVersions"],
+                operations=rule["operations"],
+                resources=rule["resources"],
             )
         ]
     )
@@ -424,10 +434,11 @@ def _variable_args(named: list[tuple[str, str]]) -> list[k8s.admissionregistrati
     return [k8s.admissionregistration.v1.VariableArgs(name=name, expression=expression) for name, expression in named]
 
 
+NOT_EXEMPT = "not-exempt-namespace"
+
+
 def _not_exempt(args: AccessGuardArgs) -> k8s.admissionregistration.v1.MatchConditionArgs:
-    return k8s.admissionregistration.v1.MatchConditionArgs(
-        name="not-exempt-namespace", expression=f"!({exemption(args)})"
-    )
+    return k8s.admissionregistration.v1.MatchConditionArgs(name=NOT_EXEMPT, expression=f"!({exemption(args)})")
 
 
 class AccessGuard(pulumi.ComponentResource):
@@ -455,7 +466,7 @@ class AccessGuard(pulumi.ComponentResource):
         # deliberate step once every node is released (docs/operations.md).
         self._retained = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
         pods = PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args))
-        keys = PolicySpec(ENV_KEYS_POLICY_NAME, ["configmaps", "secrets"], [], [ENV_KEY_RULE])
+        keys = PolicySpec(ENV_KEYS_POLICY_NAME, ENV_KEYS_RESOURCES, [], [ENV_KEY_RULE])
         self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, args)
         self.env_keys_policy, self.env_keys_binding = self._policy(
             f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, args

@@ -85,13 +85,14 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "cluster",
         "ValidatingAdmissionPolicy",
         "hidden-gpu-access-guard",
+        "rules",
         "as",
         "declared",
         "as",
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 30 checks, 7 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 40 checks, 7 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -146,7 +147,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 32 checks, 9 API requests")
+    assert out.strip().endswith("in 42 checks, 9 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -258,3 +259,48 @@ def test_a_plain_runtime_class_with_an_nvidia_handler_fails(tmp_path: Path, caps
     assert mismatches(out) == [
         ["cluster", "plain", "RuntimeClass", "sandboxed", "not", "NVIDIA's", "nvidia-experimental", "MISMATCH"]
     ]
+
+
+def guard_policy(cluster: Cluster) -> dict[str, Any]:
+    return next(p for p in cluster.policies if p["metadata"]["name"] == "hidden-gpu-access-guard")
+
+
+def guard_binding(cluster: Cluster) -> dict[str, Any]:
+    return next(b for b in cluster.bindings if b["metadata"]["name"] == "hidden-gpu-access-guard")
+
+
+def exempt_a_tenant(cluster: Cluster) -> None:
+    condition = guard_policy(cluster)["spec"]["matchConditions"][0]
+    condition["expression"] = condition["expression"].replace('"kube-system"', '"kube-system", "ml-training"')
+
+
+@pytest.mark.parametrize(
+    ("tamper", "check"),
+    [
+        (lambda c: guard_policy(c)["spec"].__setitem__("failurePolicy", "Ignore"), "failurePolicy"),
+        (
+            lambda c: guard_policy(c)["spec"]["matchConstraints"]["resourceRules"][0].__setitem__(
+                "resources", ["pods"]
+            ),
+            "matches",
+        ),
+        (exempt_a_tenant, "exemptions"),
+        (lambda c: guard_policy(c)["spec"]["variables"].pop(), "variables"),
+        (
+            lambda c: guard_binding(c)["spec"].__setitem__(
+                "matchResources", {"namespaceSelector": {"matchLabels": {"x": "y"}}}
+            ),
+            "scope",
+        ),
+    ],
+    ids=["fails-open", "matches-less", "exempts-a-tenant", "variable-dropped", "bound-to-fewer-namespaces"],
+)
+def test_every_safety_field_of_the_live_guard_is_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper: Any, check: str
+) -> None:
+    """issue 21, 3: verify said "as declared" for a guard that exempted a tenant or failed open."""
+    cluster = healthy(PROD_CONFIG)
+    tamper(cluster)
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING, out
+    assert [row[3] for row in mismatches(out)] == [check], out

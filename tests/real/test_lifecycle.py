@@ -177,8 +177,10 @@ def change_a_uuid(plane: ControlPlane, project: Project) -> None:
 
 
 def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
-    """Tampering, seen by verify: the switch removed, the guard only warning."""
+    """Tampering, seen by verify: the switch removed, the guard only warning, the guard failing open."""
     stack = project.stack
+    policy = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY_NAME}"
+    plane.request("PATCH", policy, {"spec": {"failurePolicy": "Ignore"}}, content_type="application/merge-patch+json")
     saved = labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL]
     plane.request("PATCH", "/api/v1/nodes/gpu-node-02", {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: None}}},
                   content_type="application/merge-patch+json")  # fmt: skip
@@ -188,8 +190,14 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     )
     status, out = run_verify(project, capsys)
     assert status == EXIT_FINDING, out
-    wrong = [line.split()[:3] for line in out.splitlines() if line.endswith("MISMATCH")]
-    assert ["gpu-node-02", "label", DEVICE_PLUGIN_LABEL] in wrong and ["cluster", "binding", POLICY_NAME] in wrong, out
+    wrong = [line.split()[:4] for line in out.splitlines() if line.endswith("MISMATCH")]
+    assert sorted(wrong) == sorted(
+        [
+            ["gpu-node-02", "label", DEVICE_PLUGIN_LABEL, "false"],
+            ["cluster", "binding", POLICY_NAME, "actions"],
+            ["cluster", "ValidatingAdmissionPolicy", POLICY_NAME, "failurePolicy"],
+        ]
+    ), out
     TIMES.timed("up without refresh", stack.up)
     # Pulumi compares with its state, not the cluster: without a refresh the removed label stays removed.
     assert DEVICE_PLUGIN_LABEL not in labels(plane, "gpu-node-02")
@@ -203,6 +211,7 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     TIMES.timed("up after refresh", stack.up)
     assert labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL] == saved == "false"
     assert plane.request("GET", binding)["spec"]["validationActions"] == ["Deny"]
+    assert plane.request("GET", policy)["spec"]["failurePolicy"] == "Fail"  # a scalar: the forced apply wins
     TIMES.timed("preview after repair", lambda: stack.preview(expect_no_changes=True))
 
 
