@@ -178,7 +178,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"e2e.build: less than {NEEDED_FREE_BYTES >> 30} GiB free under {CACHE}", file=sys.stderr)
                 return 3
             started = time.monotonic()
-            build(group, target)
+            try:
+                build(group, target)
+            except subprocess.CalledProcessError as error:  # what failed, once, with go's last word
+                command = " ".join(str(part) for part in error.cmd[:3])
+                said = (error.stderr or "").strip().splitlines()[-1:] if isinstance(error.stderr, str) else []
+                print(
+                    f"e2e.build: {group.name}: `{command} ...` failed ({error.returncode}) {' '.join(said)}",
+                    file=sys.stderr,
+                )
+                return 1
             print(f"{group.name}: built in {time.monotonic() - started:.0f} s -> {target}", flush=True)
         else:
             print(f"{group.name}: cached {target}")
