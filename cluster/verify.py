@@ -27,7 +27,6 @@ from typing import Any
 from cluster.kube import Reader, add_cluster_options, api_client
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file
 from common.names import (
-    ENV_KEYS_POLICY_NAME,
     GPU_QUOTA_KEY,
     GPU_RESOURCE,
     INSTANCE_LABEL,
@@ -37,23 +36,18 @@ from common.names import (
     PART_OF_LABEL,
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
-    POLICY_NAME,
     QUOTA_NAME,
     VISIBLE_DEVICES_ENV,
     VOID_POLICY_NAME,
 )
 from components.access_guard import (
-    ENV_KEY_RULE,
-    ENV_KEYS_RESOURCES,
     NOT_EXEMPT,
-    POD_RESOURCES,
     VALIDATION_ACTIONS,
     AccessGuardArgs,
-    Rule,
+    PolicySpec,
     exemption,
+    policy_specs,
     resource_rule,
-    rules,
-    variables,
     void_mutation,
     void_variables,
 )
@@ -174,10 +168,7 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
             handler if "nvidia" in handler.lower() else "not NVIDIA's",
         )
     args = AccessGuardArgs.of(stack)
-    for declared in (
-        GuardPolicy(POLICY_NAME, POD_RESOURCES, variables(args), rules(args)),
-        GuardPolicy(ENV_KEYS_POLICY_NAME, ENV_KEYS_RESOURCES, [], [ENV_KEY_RULE]),
-    ):
+    for declared in policy_specs(args):
         yield from _check_guard_policy(declared, args, live)
     if args.add_void:
         yield from _check_void_policy(live)
@@ -188,17 +179,7 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
         yield Check(namespace, f"ResourceQuota {GPU_QUOTA_KEY}", str(limit), str(actual))
 
 
-@dataclass(frozen=True)
-class GuardPolicy:
-    """What the program declares for one of the guard's ValidatingAdmissionPolicies."""
-
-    name: str
-    resources: list[str]
-    variables: list[tuple[str, str]]
-    rules: list[Rule]
-
-
-def _check_guard_policy(declared: GuardPolicy, args: AccessGuardArgs, live: Live) -> Iterator[Check]:
+def _check_guard_policy(declared: PolicySpec, args: AccessGuardArgs, live: Live) -> Iterator[Check]:
     """Every field of the policy and its binding that decides what is judged and what a failure does: a
     policy that fails open, matches other requests, exempts more namespaces, or a binding that warns or
     binds fewer namespaces, each named."""

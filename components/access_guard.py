@@ -434,6 +434,14 @@ def _variable_args(named: list[tuple[str, str]]) -> list[k8s.admissionregistrati
     return [k8s.admissionregistration.v1.VariableArgs(name=name, expression=expression) for name, expression in named]
 
 
+def policy_specs(args: AccessGuardArgs) -> tuple[PolicySpec, PolicySpec]:
+    """The two ValidatingAdmissionPolicies: over pods, and over the keys envFrom turns into env."""
+    return (
+        PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args)),
+        PolicySpec(ENV_KEYS_POLICY_NAME, ENV_KEYS_RESOURCES, [], [ENV_KEY_RULE]),
+    )
+
+
 NOT_EXEMPT = "not-exempt-namespace"
 
 
@@ -465,8 +473,7 @@ class AccessGuard(pulumi.ComponentResource):
         # too; without it a retained node is open to `runtimeClassName: nvidia` + `ENV=all`. Removing it is a
         # deliberate step once every node is released (docs/operations.md).
         self._retained = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
-        pods = PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args))
-        keys = PolicySpec(ENV_KEYS_POLICY_NAME, ENV_KEYS_RESOURCES, [], [ENV_KEY_RULE])
+        pods, keys = policy_specs(args)
         self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, args)
         self.env_keys_policy, self.env_keys_binding = self._policy(
             f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, args
