@@ -128,9 +128,7 @@ class ControlPlane:
                     "--v=0")  # fmt: skip
         self.wait_ready()
         for component in ("kube-controller-manager", "kube-scheduler"):
-            identity = (
-                "system:kube-controller-manager" if component == "kube-controller-manager" else "system:kube-scheduler"
-            )
+            identity = f"system:{component}"  # the identities tokens.csv gives them
             extra = (
                 [f"--controllers={CONTROLLERS}", f"--service-account-private-key-file={pki}/sa.key",
                  f"--root-ca-file={pki}/ca.crt", "--use-service-account-credentials=true"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from common.names import OPERATOR_NAMESPACE
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 
@@ -69,7 +70,7 @@ def seed(plane: ControlPlane) -> None:
     namespaces, the tenant's `edit` role in its own namespaces, and a ClusterPolicy kind."""
     for name, gpus in GPU_NODES.items():
         add_gpu_node(plane, name, gpus)
-    for namespace in (*TENANT_NAMESPACES, "gpu-operator"):
+    for namespace in (*TENANT_NAMESPACES, OPERATOR_NAMESPACE):
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     for namespace in TENANT_NAMESPACES:
         bind_tenants(plane, namespace, "edit")

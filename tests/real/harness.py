@@ -19,13 +19,13 @@ from typing import TypeVar
 
 from pulumi import automation as auto
 
-from common.names import PLUGIN_NAME, PLUGIN_NAME_LABEL
+from common.names import DEFAULT_PLUGIN_NAMESPACE, PLUGIN_NAME, PLUGIN_NAME_LABEL, PROJECT
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 
 T = TypeVar("T")
 PROGRAM = Path(__file__).resolve().parents[2] / "__main__.py"
-PLUGIN_NAMESPACE = "hidden-gpu-system"
+PLUGIN_NAMESPACE = DEFAULT_PLUGIN_NAMESPACE
 
 
 class Stopwatch(dict[str, float]):
@@ -70,9 +70,9 @@ def pulumi_stack(work: Path, name: str) -> auto.Stack:
         "PATH": os.environ["PATH"],
     }
     options = auto.LocalWorkspaceOptions(
-        work_dir=str(work), env_vars=env, project_settings=auto.ProjectSettings(name="hidden-gpu", runtime="python")
+        work_dir=str(work), env_vars=env, project_settings=auto.ProjectSettings(name=PROJECT, runtime="python")
     )
-    return auto.create_or_select_stack(stack_name=name, project_name="hidden-gpu", program=program, opts=options)
+    return auto.create_or_select_stack(stack_name=name, project_name=PROJECT, program=program, opts=options)
 
 
 class FakeKubelet(threading.Thread):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from common.names import ENV_KEYS_POLICY_NAME, POLICY_NAME, Token
+from common.names import ENV_KEYS_POLICY_NAME, OPERATOR_NAMESPACE, POLICY_NAME, Token
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
 from tests.real.conftest import TENANT, eventually
@@ -126,7 +126,7 @@ def test_a_configmap_or_secret_carrying_a_device_key_is_denied(plane: ControlPla
 
 
 def test_exempt_namespaces_are_not_judged(plane: ControlPlane, guard: ProgramRun) -> None:
-    assert denial(plane, ROUTES["privileged"][0], namespace="gpu-operator", identity="admin") is None
+    assert denial(plane, ROUTES["privileged"][0], namespace=OPERATOR_NAMESPACE, identity="admin") is None
     assert denial(plane, ROUTES["privileged"][0], namespace=TENANT, identity="admin") is not None
 
 

@@ -22,14 +22,15 @@ from pulumi.automation import OpType
 
 from cluster import release, verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
-from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, POLICY_NAME, device_plugin_name
+from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, POLICY_NAME, device_plugin_name
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import eventually
 from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
 STACK = "e2e"
-OTHER = "GPU-0b1c2d3e-4f5a-4b6c-9d7e-8f9a0b1c2d3e"
+# A GPU the stack hid, exposed in its place.
+OTHER = HIDDEN[1]
 TOOLKIT_LABEL = OPERAND_LABELS["container_toolkit"]
 
 
@@ -144,13 +145,9 @@ def first_up(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixtur
         for f in plane.request("GET", "/api/v1/nodes/gpu-node-01")["metadata"]["managedFields"]
         if f"f:{DEVICE_PLUGIN_LABEL}" in json.dumps(f.get("fieldsV1", {}))
     }
-    assert managers == {"hidden-gpu"}, managers
+    assert managers == {FIELD_MANAGER}, managers
     # The real DaemonSet controller made one pod, and the real scheduler bound it to exactly its node.
-    events = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/events"
-    pods = eventually(
-        lambda: plugin_pods(plane),
-        what=f"the plugin pod ({[e['message'] for e in plane.request('GET', events)['items']]})",
-    )
+    pods = eventually(lambda: plugin_pods(plane), what="the plugin pod")
     assert [p["spec"]["nodeName"] for p in pods] == ["gpu-node-01"]
     assert plane.request("GET", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY_NAME}")
 
