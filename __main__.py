@@ -14,6 +14,8 @@ from components import (
     HiddenGpuNodeArgs,
     PluginNamespace,
     PluginNamespaceArgs,
+    StackRecord,
+    StackRecordArgs,
     ToolkitSettings,
     ToolkitSettingsArgs,
 )
@@ -50,6 +52,7 @@ nodes = [
     HiddenGpuNode(node.name, HiddenGpuNodeArgs(node, plugin, namespace.name, pools.get(node.pool or "")), with_provider)
     for node in stack.nodes
 ]
+StackRecord("stack-record", StackRecordArgs(pulumi.get_stack(), namespace.name, stack.nodes), with_provider)
 GpuQuotas("gpu-quotas", GpuQuotasArgs(stack.quotas), with_provider)
 AccessGuard("access-guard", AccessGuardArgs.of(stack), with_provider)
 if stack.cluster_policy.patch:

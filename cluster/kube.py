@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
     return client.ApiClient(configuration)
 
 
+class _NotFound(UnavailableError):
+    """A 404: unavailable to a caller that needs the object, an answer to one that asks with find()."""
+
+
 @dataclass
 class Reader:
     """GETs against the API server with timeouts, an overall deadline, and retries of 429 and 5xx
@@ -58,36 +63,91 @@ class Reader:
     backoff: float = 0.2
     requests: int = 0
 
+    def find(self, path: str) -> dict[str, Any] | None:
+        """The object at `path`, or None where the API server answers 404."""
+        try:
+            return self.get(path)
+        except _NotFound:
+            return None
+
     def get(self, path: str, query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
         for attempt in range(self.retries + 1):
-            remaining = self.deadline - time.monotonic()
-            if remaining <= 0:
-                raise UnavailableError(f"the API server did not answer GET {path} before the deadline")
-            serialized = self.client.param_serialize(
-                method="GET", resource_path=path, query_params=query or [], auth_settings=["BearerToken"]
-            )
-            self.requests += 1
             try:
-                response = self.client.call_api(
-                    *serialized, _request_timeout=(TIMEOUTS[0], min(TIMEOUTS[1], remaining))
-                )
-                data = response.read()  # type: ignore[no-untyped-call]
+                status, reason, data = self._call("GET", path, query or [])
             except HTTPError as error:
                 if attempt == self.retries:
                     raise UnavailableError(f"cannot reach the API server: {bounded(str(error))}") from None
-                time.sleep(self.backoff * 2**attempt)
+                self._sleep(self.backoff * 2**attempt)
                 continue
-            if response.status == 429 or response.status >= 500:
+            if status == 429 or status >= 500:
                 if attempt == self.retries:
-                    raise UnavailableError(
-                        f"the API server answered {response.status} to GET {path}, {attempt + 1} times"
-                    )
-                time.sleep(self.backoff * 2**attempt)
+                    raise UnavailableError(f"the API server answered {status} to GET {path}, {attempt + 1} times")
+                self._sleep(self.backoff * 2**attempt)
                 continue
-            if response.status != 200:
-                raise UnavailableError(f"the API server answered {response.status} {response.reason} to GET {path}")
+            if status == 404:
+                raise _NotFound(f"the API server answered 404 {reason} to GET {path}")
+            if status != 200:
+                raise UnavailableError(f"the API server answered {status} {reason} to GET {path}")
             return _json_object(data, path)
         raise AssertionError("unreachable")
+
+    def apply(self, path: str, body: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
+        """One server-side apply of `body` as `field_manager`, not forced; a refusal is UnavailableError."""
+        query = [("fieldManager", field_manager)]
+        headers = {"Content-Type": "application/apply-patch+yaml"}
+        try:
+            status, reason, data = self._call("PATCH", path, query, dict(body), headers)
+        except HTTPError as error:
+            raise UnavailableError(f"cannot reach the API server: {bounded(str(error))}") from None
+        if status != 200:
+            message = _json_object(data, path).get("message", "") if data.startswith(b"{") else ""
+            raise UnavailableError(f"the API server answered {status} {reason} to PATCH {path}: {bounded(message, 200)}")
+        return _json_object(data, path)
+
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, min(seconds, self.deadline - time.monotonic())))
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, str, bytes]:
+        """(status, reason, body) of one request, all of it before the deadline: a server that drips its
+        answer a byte at a time never trips a socket's read timeout, so the whole call runs in a daemon
+        thread that is abandoned at the deadline."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise UnavailableError(f"the API server did not answer {method} {path} before the deadline")
+        serialized = self.client.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=query,
+            header_params=headers or {},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        self.requests += 1
+        outcome: list[tuple[int, str, bytes] | BaseException] = []
+
+        def call() -> None:
+            try:
+                response = self.client.call_api(*serialized, _request_timeout=(TIMEOUTS[0], min(TIMEOUTS[1], remaining)))
+                outcome.append((response.status, str(response.reason), response.read()))  # type: ignore[no-untyped-call]
+            except BaseException as error:  # handed to the caller's thread
+                outcome.append(error)
+
+        worker = threading.Thread(target=call, name=f"{method} {path}", daemon=True)
+        worker.start()
+        worker.join(remaining)
+        if not outcome:
+            raise UnavailableError(f"the API server did not finish answering {method} {path} before the deadline")
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
         """Every item of a collection, in pages of PAGE."""

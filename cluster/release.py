@@ -1,48 +1,84 @@
 """Give a node back to the GPU Operator, on purpose: python -m cluster.release --stack prod --node NAME --yes
 
 A node that leaves a stack keeps the labels hidden-gpu set (the label patches are retained on
-delete), so it stays hidden: the safe state. This command is the deliberate way back. It removes
-only the operator switches hidden-gpu sets where they still say `false`, and its own node and pool
-labels; the operator then deploys its own device plugin, which advertises every GPU of the node.
-Without --yes it only says what it would do. Run `python -m host.discover --check` on the node
-first: after this, every GPU there is Kubernetes'.
+delete), so it stays hidden: the safe state. This command is the deliberate way back, and it gives
+back only what hidden-gpu hid:
+- the node must carry hidden-gpu's mark: its `hidden-gpu.io/node` label, and the device-plugin switch
+  owned by the field manager `hidden-gpu` (a node hidden by hand is refused: whoever hid it gives it back);
+- no stack may still hide it in the cluster this command talks to: every stack's record there (a
+  ConfigMap `pulumi up` writes and `pulumi destroy` deletes) is read, not only the file given here.
+The release is a server-side apply of nothing by `hidden-gpu`: the API server removes every field
+only hidden-gpu owns. A switch another manager also set stays, and is named (exit 1). The operator
+then deploys its own device plugin, which advertises every GPU of the node. Without --yes it only
+says what it would do. Run `python -m host.discover --check` on the node first.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
-
-from cluster.kube import TIMEOUTS, add_cluster_options, api_client
-from common.cli import EXIT_OK, UnavailableError, UsageError, add_stack_source, parser, run, stack_file
-from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, POOL_LABEL
+from cluster.kube import Reader, add_cluster_options, api_client
+from common.cli import EXIT_FINDING, EXIT_OK, UsageError, add_stack_source, parser, run, stack_file
+from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
+from components.stack_record import Claim
 from stack_config import parse_project_config, read_stack_file
 
 SWITCHES = (DEVICE_PLUGIN_LABEL, *OPERAND_LABELS.values())
-MERGE_PATCH = "application/merge-patch+json"
+LABEL_FIELD = "f:"
 
 
-def release(core: Any, node_name: str, confirmed: bool) -> list[str]:
-    """The labels removed (or, unconfirmed, that would be), in SWITCHES order."""
-    try:
-        node = core.read_node(node_name, _request_timeout=TIMEOUTS)
-    except ApiException as error:
-        if error.status == 404:
-            raise UsageError(f"--node {node_name}: no such node in the cluster") from None
-        raise
-    labels = node.metadata.labels or {}
-    ours = [label for label in SWITCHES if labels.get(label) == "false"]
-    ours += [label for label in (NODE_LABEL, POOL_LABEL) if label in labels]  # the scheduling labels we set
-    if ours and confirmed:
-        # resourceVersion makes the patch fail rather than act on a node that changed meanwhile.
-        patch = {"metadata": {"resourceVersion": node.metadata.resource_version, "labels": dict.fromkeys(ours)}}
-        # This client's default for PATCH is a JSON *patch*; the body here is a merge patch.
-        core.patch_node(node_name, patch, _content_type=MERGE_PATCH, _request_timeout=TIMEOUTS)
-    return ours
+def label_owners(node: dict[str, Any]) -> dict[str, set[str]]:
+    """Label -> the field managers that own it, from the node's managedFields."""
+    owners: dict[str, set[str]] = {}
+    for entry in (node.get("metadata") or {}).get("managedFields") or []:
+        labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
+        for key in labels:
+            if key.startswith(LABEL_FIELD):
+                owners.setdefault(key[len(LABEL_FIELD) :], set()).add(str(entry.get("manager")))
+    return owners
+
+
+def _claims(reader: Reader, node: str) -> Iterator[Claim]:
+    for config_map in reader.list("/api/v1/configmaps", STACK_LABEL):
+        claim = Claim.of(config_map)
+        if claim.lists(node):
+            yield claim
+
+
+def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str], dict[str, set[str]]]:
+    """The labels given back (or, unconfirmed, that would be), and those that stay with their other owners."""
+    path = f"/api/v1/nodes/{node_name}"
+    node = reader.find(path)
+    if node is None:
+        raise UsageError(f"--node {node_name}: no such node in the cluster")
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    owners = label_owners(node)
+    ours = [label for label, managers in sorted(owners.items()) if FIELD_MANAGER in managers]
+    if not ours and not any(labels.get(s) == "false" for s in SWITCHES):
+        return [], {}
+    if labels.get(NODE_LABEL) != node_name or DEVICE_PLUGIN_LABEL not in ours:
+        others = ", ".join(sorted(owners.get(DEVICE_PLUGIN_LABEL, set()))) or "no recorded manager"
+        raise UsageError(
+            f"--node {node_name}: not hidden by hidden-gpu ({DEVICE_PLUGIN_LABEL} set by {others}, "
+            f"not by the field manager {FIELD_MANAGER}): release gives back only what hidden-gpu hid"
+        )
+    for claim in _claims(reader, node_name):
+        raise UsageError(
+            f"--node {node_name}: stack {claim.stack} still hides it in this cluster ({claim.where}): "
+            "remove it from that stack and run `pulumi up` there first"
+        )
+    shared = {label: owners[label] - {FIELD_MANAGER} for label in ours if owners[label] - {FIELD_MANAGER}}
+    if not confirmed:
+        return [label for label in ours if label not in shared], shared
+    # Applying an object that names no field gives up every field this manager owns; resourceVersion makes
+    # the apply fail rather than act on a node that changed since it was judged.
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}}
+    body["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"]
+    after = (reader.apply(path, body, FIELD_MANAGER).get("metadata") or {}).get("labels") or {}
+    return [label for label in ours if label not in after], {k: v for k, v in shared.items() if k in after}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments.add_argument(
         "--yes", action="store_true", help="remove the labels (without it: only say what it would do)"
     )
+    arguments.add_argument("--deadline", type=float, default=60.0, help="seconds for the whole command (default 60)")
     add_cluster_options(arguments)
     args = arguments.parse_args(argv)
 
@@ -63,20 +100,24 @@ def main(argv: list[str] | None = None) -> int:
                 f"--node {args.node}: still in {path}: remove it from the stack and run `pulumi up` first "
                 "(its labels stay, so it stays hidden meanwhile)"
             )
-        core = client.CoreV1Api(api_client(args, config))
-        try:
-            labels = release(core, args.node, args.yes)
-        except ApiException as error:
-            raise UnavailableError(f"the API server answered {error.status} {error.reason}") from None
-        except HTTPError as error:
-            raise UnavailableError(f"cannot reach the API server: {error}") from None
-        if not labels:
+        reader = Reader(api_client(args, config), deadline=time.monotonic() + args.deadline)
+        given, kept = release(reader, args.node, args.yes)
+        if not given and not kept:
             print(f"node {args.node}: no hidden-gpu switch set to false; nothing to give back")
-        elif args.yes:
-            print(f"node {args.node}: removed {', '.join(labels)}")
-            print("the GPU Operator now deploys its device plugin there, which advertises every GPU of the node")
+            return EXIT_OK
+        if args.yes:
+            print(f"node {args.node}: removed {', '.join(given) or 'nothing'}")
         else:
-            print(f"node {args.node}: would remove {', '.join(labels)} (dry run; --yes to do it)")
+            print(f"node {args.node}: would remove {', '.join(given) or 'nothing'} (dry run; --yes to do it)")
+        for label, managers in sorted(kept.items()):
+            print(
+                f"node {args.node}: {label} stays: also set by {', '.join(sorted(managers))}; "
+                f"remove it with `kubectl label node {args.node} {label}-` if that is meant"
+            )
+        if kept and any(label in SWITCHES for label in kept):
+            return EXIT_FINDING
+        if args.yes:
+            print("the GPU Operator now deploys its device plugin there, which advertises every GPU of the node")
         return EXIT_OK
 
     return run(command, args.debug)

@@ -6,7 +6,7 @@ One LIST per kind for the whole stack (nodes, the pinned plugins, the operator's
 RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per node: capacity
 and allocatable equal what the stack advertises, the operator switches are set, no operator plugin
 runs there, and exactly one pinned plugin is Ready there whose NVIDIA_VISIBLE_DEVICES is the
-stack's exposed UUIDs, in order. Stack-wide: the RuntimeClasses (and no class the guard takes as plain
+stack's exposed UUIDs, in order. Stack-wide: the stack's record (and no other stack's record listing its nodes or GPUs), the RuntimeClasses (and no class the guard takes as plain
 with an NVIDIA handler), both admission policies field by field (failure policy, matches, exemptions,
 variables, rules), their bindings (the stack's mode, every namespace), the void policy if
 `guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them.
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cluster.kube import Reader, add_cluster_options, api_client
-from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file
+from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
 from common.names import (
     GPU_QUOTA_KEY,
     GPU_RESOURCE,
@@ -37,6 +37,7 @@ from common.names import (
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
     QUOTA_NAME,
+    STACK_LABEL,
     VISIBLE_DEVICES_ENV,
     VOID_POLICY_NAME,
 )
@@ -52,6 +53,7 @@ from components.access_guard import (
     void_variables,
 )
 from components.hidden_gpu_node import node_labels, runtime_class_of
+from components.stack_record import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
@@ -84,6 +86,8 @@ class Live:
     # Read only for a stack that declares them: older API servers do not serve the kind.
     mutating_policies: dict[str, dict[str, Any]]
     mutating_bindings: dict[str, dict[str, Any]]
+    # Every stack's record in this cluster, whatever its namespace.
+    records: list[Claim]
 
     @classmethod
     def read(cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False) -> Live:
@@ -108,6 +112,7 @@ class Live:
             mutating_bindings=(
                 by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicybindings", OURS)) if mutating else {}
             ),
+            records=[Claim.of(c) for c in reader.list("/api/v1/configmaps", STACK_LABEL)],
         )
 
 
@@ -151,6 +156,21 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     if node.exposed_gpus:
         actual = ";".join(sorted({_visible_devices(p) for p in mine})) or "<no plugin pod>"
         yield Check(node.name, f"plugin {VISIBLE_DEVICES_ENV}", ",".join(node.exposed_gpus), actual)
+
+
+def check_records(name: str, stack: StackConfig, live: Live) -> Iterator[Check]:
+    """This stack's record is what it deploys, and no other stack in this cluster lists its nodes or GPUs:
+    two plugins registering one resource on a node leave the kubelet with the later one's devices."""
+    own = [r for r in live.records if r.stack == name]
+    declared = Claim.declared(name, stack.nodes).nodes
+    actual = "<missing>" if not own else _same([dict(r.nodes) for r in own], [dict(declared)])
+    yield Check("cluster", f"stack record {name}", "as declared", actual)
+    others = [r for r in live.records if r.stack != name]
+    for node in stack.nodes:
+        claimed = {r.stack for r in others if r.lists(node.name)}
+        gpus = {*node.exposed_gpus, *node.hidden_gpus}
+        claimed |= {r.stack for r in others if gpus & set(r.gpus())}
+        yield Check(node.name, "other stacks listing it or its GPUs", "none", ",".join(sorted(claimed)) or "none")
 
 
 def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
@@ -256,11 +276,13 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parse_args(argv)
 
     def command() -> int:
-        config = read_stack_file(stack_file(args))
+        path = stack_file(args)
+        config = read_stack_file(path)
         stack = parse_project_config(config)
         reader = Reader(api_client(args, config), deadline=time.monotonic() + args.deadline)
         live = Live.read(reader, stack.device_plugin.namespace, mutating=stack.guard.add_void)
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
+        checks += check_records(stack_name_of(path), stack, live)
         failed = [c for c in checks if not c.ok]
         if args.json:
             payload = {"checks": [asdict(c) | {"ok": c.ok} for c in checks], "mismatches": len(failed)}

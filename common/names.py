@@ -73,6 +73,9 @@ OPERAND_LABELS = {
 # kubernetes.io/hostname label need not equal it) and the node's pool.
 NODE_LABEL = "hidden-gpu.io/node"
 POOL_LABEL = "hidden-gpu.io/pool"
+# On each stack's record (a ConfigMap): the stack it describes. Tools judge "which stack still
+# hides this node" by the records in the cluster they talk to, not by the file they were handed.
+STACK_LABEL = "hidden-gpu.io/stack"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -122,6 +125,18 @@ RUNTIME_CLASS_PREFIX = f"{PROJECT}-"
 OPERATOR_RUNTIME_CLASSES = ("nvidia", "nvidia-cdi", "nvidia-legacy")
 # The GPU Operator installs the nvidia runtime under this containerd handler name.
 NVIDIA_RUNTIME_HANDLER = "nvidia"
+
+
+STACK_RECORD_PREFIX = f"{PROJECT}-stack-"
+# The record's data: the stack's name under STACK_RECORD_KEY, and `node.<name>` = the node's exposed
+# UUIDs, comma-separated; never a hidden UUID.
+STACK_RECORD_KEY = "stack"
+RECORD_NODE_PREFIX = "node."
+
+
+def stack_record_name(stack: str) -> str:
+    """A DNS-1123 name for a Pulumi stack name (letters, digits, `-`, `_`, `.`)."""
+    return STACK_RECORD_PREFIX + stack.lower().replace("_", "-").strip(".-")
 
 
 def device_plugin_name(node_name: str) -> str:
@@ -239,6 +254,7 @@ class Token:
     ACCESS_GUARD = component_token("AccessGuard")
     GPU_POOL = component_token("GpuPool")
     TOOLKIT_SETTINGS = component_token("ToolkitSettings")
+    STACK_RECORD = component_token("StackRecord")
     PROVIDER = "pulumi:providers:kubernetes"
     NODE_PATCH = "kubernetes:core/v1:NodePatch"
     NAMESPACE = "kubernetes:core/v1:Namespace"

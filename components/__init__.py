@@ -5,6 +5,7 @@ from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
 from components.hidden_gpu_node import HiddenGpuNode, HiddenGpuNodeArgs
 from components.plugin_namespace import PluginNamespace, PluginNamespaceArgs
+from components.stack_record import StackRecord, StackRecordArgs
 from components.toolkit_settings import ToolkitSettings, ToolkitSettingsArgs
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "HiddenGpuNodeArgs",
     "PluginNamespace",
     "PluginNamespaceArgs",
+    "StackRecord",
+    "StackRecordArgs",
     "ToolkitSettings",
     "ToolkitSettingsArgs",
 ]

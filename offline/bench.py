@@ -30,8 +30,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.cli import EXIT_OK, UsageError, parser, run
-from common.names import PROJECT
+from common.names import PROJECT, Token
+from components.stack_record import record_data
 from offline.program import run_callable, run_program
+from stack_config import parse_project_config
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS_PER_NODE = 8
@@ -74,9 +76,12 @@ def baseline_objects(nodes: int) -> list[tuple[str, str, dict[str, Any]]]:
     substituting each node's name and UUIDs into what the program renders for one node."""
     template = run_program(synthetic_stack(1), "bench").kubernetes_objects
     one_node = synthetic_stack(1)[f"{PROJECT}:nodes"][0]
-    per_node = [r for r in template if one_node["name"] in json.dumps(r.inputs)]
-    shared = [(r.type, r.name, r.inputs) for r in template if r not in per_node]
-    objects = list(shared)
+    # The stack's record lists every node: written whole, not once per node.
+    records = [r for r in template if Token.STACK_RECORD in r.parent]
+    per_node = [r for r in template if r not in records and one_node["name"] in json.dumps(r.inputs)]
+    shared = [(r.type, r.name, r.inputs) for r in template if r not in per_node and r not in records]
+    listed = record_data("bench", parse_project_config(synthetic_stack(nodes)).nodes)
+    objects = shared + [(r.type, r.name, r.inputs | {"data": listed}) for r in records]
     for node in synthetic_stack(nodes)[f"{PROJECT}:nodes"]:
         replacements = {one_node["name"]: node["name"]}
         for key in ("exposedGpus", "hiddenGpus"):

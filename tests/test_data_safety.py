@@ -231,8 +231,10 @@ def test_an_unreadable_cluster_policy_is_never_replaced() -> None:
 
 
 def render_to(tmp_path: Path, name: str, config: dict[str, Any]) -> Path:
-    out = tmp_path / name
-    assert render.main(["--stack-file", str(write_stack(tmp_path, config, name)), "--out", str(out)]) == 0
+    """Stack `case` as `config` has it, rendered into tmp_path/name: a review compares one stack's two renders."""
+    out, files = tmp_path / name, tmp_path / f"{name}-stack"
+    files.mkdir()
+    assert render.main(["--stack-file", str(write_stack(files, config)), "--out", str(out)]) == 0
     return out
 
 
@@ -275,6 +277,8 @@ def test_a_node_leaving_the_stack_is_flagged_in_review(tmp_path: Path) -> None:
     base = render_to(tmp_path, "base", valid_config())
     head = render_to(tmp_path, "head", changed(lambda c: c["hidden-gpu:nodes"].pop(1)))
     assert diff.diff(base, head).splitlines() == [
+        "~ changed configmap.hidden-gpu-system.hidden-gpu-stack-case.yaml",
+        "    data.node.gpu-node-02: '' -> (absent)",
         "- removed nodepatch.gpu-node-02.yaml",
         "    ! node gpu-node-02 leaves the stack: its labels stay on the node (retained), so it stays hidden",
     ]

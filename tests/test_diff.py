@@ -12,7 +12,9 @@ from tests.support.stacks import EXPOSED, HIDDEN, changed, node, valid_config
 
 
 def render_config(tmp_path: Path, name: str, config: dict[str, object]) -> Path:
-    stack_file = tmp_path / f"Pulumi.{name}.yaml"
+    """Stack `case` as `config` has it, rendered into tmp_path/name: a review compares one stack's two renders."""
+    (tmp_path / f"{name}-stack").mkdir()
+    stack_file = tmp_path / f"{name}-stack" / "Pulumi.case.yaml"
     stack_file.write_text(yaml.safe_dump({"config": config}))
     out = tmp_path / name
     assert render.main(["--stack-file", str(stack_file), "--out", str(out)]) == 0
@@ -26,6 +28,8 @@ def test_one_uuid_change_names_the_object_and_the_field(tmp_path: Path, capsys: 
     capsys.readouterr()
     assert diff.main([str(base), str(head)]) == 0
     assert capsys.readouterr().out.splitlines() == [
+        "~ changed configmap.hidden-gpu-system.hidden-gpu-stack-case.yaml",
+        f"    data.node.gpu-node-01: {EXPOSED} -> {HIDDEN[0]}",
         "~ changed daemonset.hidden-gpu-system.nvidia-device-plugin-gpu-node-01.yaml",
         "    spec.template.spec.containers[nvidia-device-plugin].env[NVIDIA_VISIBLE_DEVICES].value: "
         f"{EXPOSED} -> {HIDDEN[0]}",

@@ -153,6 +153,7 @@ def test_components_use_the_project_type_tokens(run: ProgramRun) -> None:
         Token.GPU_QUOTAS,
         Token.ACCESS_GUARD,
         Token.PLUGIN_NAMESPACE,
+        Token.STACK_RECORD,
     }
 
 

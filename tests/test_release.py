@@ -1,26 +1,48 @@
-"""cluster.release: giving a node back is deliberate, removes only our switches, and only on --yes."""
+"""cluster.release gives back only what hidden-gpu hid, only what no stack in that cluster still hides,
+and only on --yes. The fast tier's API server models the apply that names no field; tests/real runs it
+against the real API server."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cluster import release
-from common.cli import EXIT_OK, EXIT_USAGE
-from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS
-from tests.support.fake_apiserver import Cluster, node, serve
-from tests.support.stacks import valid_config, write_stack
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
+from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
+from components.stack_record import record_data
+from stack_config import NodeConfig
+from tests.support.fake_apiserver import Cluster, managed_fields, node, serve
+from tests.support.stacks import EXPOSED, HIDDEN, valid_config, write_stack
 
 GFD = OPERAND_LABELS["gpu_feature_discovery"]
 DCGM = OPERAND_LABELS["dcgm_exporter"]
 RETIRED = {DEVICE_PLUGIN_LABEL: "false", GFD: "false", DCGM: "true", "team": "ml", NODE_LABEL: "gpu-node-09"}
+OURS = [DEVICE_PLUGIN_LABEL, GFD, NODE_LABEL]
 
 
-def give_back(tmp_path: Path, node_name: str, *extra: str) -> tuple[int, dict[str, str], list[tuple[str, str, str]]]:
-    cluster = Cluster(
-        nodes=[node("gpu-node-09", 8, dict(RETIRED)), node("gpu-node-01", 1, {DEVICE_PLUGIN_LABEL: "false"})]
-    )
+def retired(managers: list[dict[str, Any]] | None = None, labels: dict[str, str] = RETIRED) -> dict[str, Any]:
+    found = node("gpu-node-09", 8, dict(labels))
+    found["metadata"]["managedFields"] = managers if managers is not None else [managed_fields(FIELD_MANAGER, OURS)]
+    return found
+
+
+def record(stack: str, node_name: str) -> dict[str, Any]:
+    listed = NodeConfig.model_validate({"name": node_name, "exposedGpus": [EXPOSED], "hiddenGpus": [HIDDEN[0]]})
+    name = f"hidden-gpu-stack-{stack}"
+    return {
+        "metadata": {"name": name, "namespace": "hidden-gpu-system", "labels": {STACK_LABEL: stack}},
+        "data": record_data(stack, [listed]),
+    }
+
+
+def give_back(
+    tmp_path: Path, node_name: str, *extra: str, cluster: Cluster | None = None
+) -> tuple[int, dict[str, str], list[tuple[str, str, str]]]:
+    cluster = cluster or Cluster(nodes=[retired()])
+    cluster.nodes.append(node("gpu-node-01", 1, {DEVICE_PLUGIN_LABEL: "false"}))
     with serve(tmp_path, cluster) as kubeconfig:
         args = ["--stack-file", str(write_stack(tmp_path, valid_config())), "--node", node_name]
         status = release.main([*args, "--kubeconfig", str(kubeconfig), "--context", "admin@test", *extra])
@@ -30,16 +52,55 @@ def give_back(tmp_path: Path, node_name: str, *extra: str) -> tuple[int, dict[st
 def test_without_yes_nothing_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, labels, requests = give_back(tmp_path, "gpu-node-09")
     assert status == EXIT_OK and labels == {**RETIRED, "kubernetes.io/hostname": "gpu-node-09"}
-    assert [method for method, _, _ in requests] == ["GET"]
-    assert f"would remove {DEVICE_PLUGIN_LABEL}, {GFD}, {NODE_LABEL} (dry run" in capsys.readouterr().out
+    assert {method for method, _, _ in requests} == {"GET"}
+    assert f"would remove {NODE_LABEL}, {DEVICE_PLUGIN_LABEL}, {GFD} (dry run" in capsys.readouterr().out
 
 
-def test_yes_removes_only_our_switches_that_say_false(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_yes_gives_up_what_hidden_gpu_owns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, labels, requests = give_back(tmp_path, "gpu-node-09", "--yes")
     assert status == EXIT_OK
     assert labels == {DCGM: "true", "team": "ml", "kubernetes.io/hostname": "gpu-node-09"}
-    assert requests[-1][0] == "PATCH" and requests[-1][2] == "application/merge-patch+json"
-    assert f"removed {DEVICE_PLUGIN_LABEL}, {GFD}, {NODE_LABEL}" in capsys.readouterr().out
+    method, path, content_type = requests[-1]
+    assert (method, content_type) == ("PATCH", "application/apply-patch+yaml")
+    assert f"fieldManager={FIELD_MANAGER}" in path
+    assert f"removed {NODE_LABEL}, {DEVICE_PLUGIN_LABEL}, {GFD}" in capsys.readouterr().out
+
+
+def test_a_switch_another_manager_also_set_stays_and_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    managers = [managed_fields(FIELD_MANAGER, OURS), managed_fields("kubectl-label", [GFD], "Update")]
+    status, labels, _ = give_back(tmp_path, "gpu-node-09", "--yes", cluster=Cluster(nodes=[retired(managers)]))
+    assert status == EXIT_FINDING and labels[GFD] == "false" and DEVICE_PLUGIN_LABEL not in labels
+    assert f"{GFD} stays: also set by kubectl-label" in capsys.readouterr().out
+
+
+def test_a_node_hidden_by_hand_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The recipe's `kubectl label ... device-plugin=false`, in no stack: not hidden-gpu's to give back."""
+    by_hand = retired([managed_fields("kubectl-label", [DEVICE_PLUGIN_LABEL], "Update")], {DEVICE_PLUGIN_LABEL: "false"})
+    status, labels, requests = give_back(tmp_path, "gpu-node-09", "--yes", cluster=Cluster(nodes=[by_hand]))
+    assert status == EXIT_USAGE and labels[DEVICE_PLUGIN_LABEL] == "false"
+    assert {method for method, _, _ in requests} == {"GET"}
+    assert "not hidden by hidden-gpu" in capsys.readouterr().err
+
+
+def test_a_node_another_stack_still_hides_in_this_cluster_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file handed over does not list the node, but prod's record in the cluster talked to does."""
+    cluster = Cluster(nodes=[retired()], config_maps=[record("prod", "gpu-node-09")])
+    status, labels, requests = give_back(tmp_path, "gpu-node-09", "--yes", cluster=cluster)
+    assert status == EXIT_USAGE and labels[DEVICE_PLUGIN_LABEL] == "false"
+    assert {method for method, _, _ in requests} == {"GET"}
+    assert "stack prod still hides it in this cluster (ConfigMap hidden-gpu-system/hidden-gpu-stack-prod)" in (
+        capsys.readouterr().err
+    )
+
+
+def test_an_unreadable_record_claims_every_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = record("prod", "gpu-node-01") | {"data": {"stack.json": "{}"}}
+    status, _, _ = give_back(tmp_path, "gpu-node-09", "--yes", cluster=Cluster(nodes=[retired()], config_maps=[broken]))
+    assert status == EXIT_USAGE and "still hides it" in capsys.readouterr().err
 
 
 def test_a_node_still_in_the_stack_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,12 +13,17 @@ import yaml
 from common.names import CONFIG_CHECKSUM_ANNOTATION, DEFAULT_PLUGIN_NAMESPACE, Token, plugin_config_name
 from host import discover
 from offline import render
-from offline.program import ProgramRun, run_program
+from offline.program import Declared, ProgramRun, run_program
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.guard import admit, plugin_pod, pod_policy
 from tests.support.objects import env_of, only
 from tests.support.stacks import CLUSTER, EXPOSED, HIDDEN, MIG_A, MIG_B, PARENT, changed, node, time_sliced, with_mig
+
+
+def plugin_configs(run: ProgramRun) -> list[Declared]:
+    """The plugin's ConfigMaps: every ConfigMap but the stack's record."""
+    return [r for r in run.of_type(Token.CONFIG_MAP) if Token.STACK_RECORD not in r.parent]
 
 
 def plugin(run: ProgramRun) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -28,7 +33,7 @@ def plugin(run: ProgramRun) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def test_time_slicing_config_map_field_by_field() -> None:
     run = run_program(time_sliced(4, renameByDefault=True), "test")
-    config_map = only(run.of_type(Token.CONFIG_MAP)).inputs
+    config_map = only(plugin_configs(run)).inputs
     assert config_map["metadata"] == {
         "name": plugin_config_name("gpu-node-01"),
         "namespace": DEFAULT_PLUGIN_NAMESPACE,
@@ -53,17 +58,17 @@ def test_plugin_mounts_its_config_and_rolls_when_it_changes() -> None:
         "volumeMounts"
     ]
     assert {"name": "plugin-config", "configMap": {"name": plugin_config_name("gpu-node-01")}} in pod["volumes"]
-    content = only(run.of_type(Token.CONFIG_MAP)).inputs["data"]["config.yaml"]
+    content = only(plugin_configs(run)).inputs["data"]["config.yaml"]
     checksum = daemonset["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION]
     assert checksum == hashlib.sha256(content.encode()).hexdigest()
     other, _ = plugin(run_program(time_sliced(8), "test"))
     assert other["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION] != checksum
-    assert only(run.of_type(Token.CONFIG_MAP)).urn in only(run.of_type(Token.DAEMONSET)).dependencies
+    assert only(plugin_configs(run)).urn in only(run.of_type(Token.DAEMONSET)).dependencies
 
 
 def test_no_config_without_time_slicing(run: ProgramRun) -> None:
     daemonset, pod = plugin(run)
-    assert run.of_type(Token.CONFIG_MAP) == []
+    assert plugin_configs(run) == []
     assert "CONFIG_FILE" not in env_of(pod["containers"][0])
     assert "annotations" not in daemonset["spec"]["template"]["metadata"]
 

@@ -33,15 +33,17 @@ RENDERED_KINDS = {
     Token.ADMISSION_POLICY: "policies",
     Token.ADMISSION_BINDING: "bindings",
     Token.RESOURCE_QUOTA: "quotas",
+    Token.CONFIG_MAP: "config_maps",
     Token.MUTATING_POLICY: "mutating_policies",
     Token.MUTATING_BINDING: "mutating_bindings",
 }
 
 
-def healthy(config: dict[str, Any]) -> Cluster:
-    """The cluster as `pulumi up` of this config leaves it: rendered objects, labelled nodes, Ready plugins."""
+def healthy(config: dict[str, Any], stack: str = "prod") -> Cluster:
+    """The cluster as `pulumi up` of this config, as stack `stack`, leaves it: rendered objects, labelled
+    nodes, Ready plugins."""
     cluster = Cluster()
-    run = run_program(config, "test")
+    run = run_program(config, stack)
     for resource in run.kubernetes_objects:
         if resource.type in RENDERED_KINDS:
             getattr(cluster, RENDERED_KINDS[resource.type]).append(copy.deepcopy(resource.inputs))
@@ -92,7 +94,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 40 checks, 7 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 43 checks, 8 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -143,11 +145,11 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     config = copy.deepcopy(PROD_CONFIG)
     config[f"{PROJECT}:guard"] = {"addVoid": True}
     stack = str(write_stack(tmp_path, config))
-    cluster = healthy(config)
+    cluster = healthy(config, "case")
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 42 checks, 9 API requests")
+    assert out.strip().endswith("in 45 checks, 10 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -161,14 +163,14 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(tmp_path, healthy(PROD_CONFIG), capsys, "--json")
     report = json.loads(out)
-    assert status == EXIT_OK and report["mismatches"] == 0 and report["requests"] == 7
+    assert status == EXIT_OK and report["mismatches"] == 0 and report["requests"] == 8
     assert all(c["ok"] for c in report["checks"])
 
 
 @pytest.mark.slow
 def test_a_thousand_nodes_take_a_handful_of_requests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = {**synthetic_stack(1000), "kubernetes:context": "admin@test"}
-    cluster = healthy(config)
+    cluster = healthy(config, "fleet")
     stack = write_stack(tmp_path, config, "fleet")
     with serve(tmp_path, cluster) as kubeconfig:
         start = time.perf_counter()
@@ -185,7 +187,7 @@ def test_throttling_and_server_errors_are_retried(tmp_path: Path, capsys: pytest
     cluster.faults = [429, 503]
     status, out, _ = run(tmp_path, cluster, capsys)
     assert status == EXIT_OK, out
-    assert len(cluster.requests) == 9
+    assert len(cluster.requests) == 10
 
 
 def test_a_server_that_keeps_failing_is_unavailable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -229,12 +231,27 @@ def test_the_stacks_own_cluster_is_used(
 ) -> None:
     """Not whatever context is current: the stack's kubernetes:kubeconfig and kubernetes:context."""
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "someone-elses-kubeconfig"))
-    cluster = healthy(PROD_CONFIG)
+    cluster = healthy(PROD_CONFIG, "own")
     with serve(tmp_path, cluster) as kubeconfig:
         config = {**PROD_CONFIG, "kubernetes:context": "admin@test", "kubernetes:kubeconfig": str(kubeconfig)}
         status = verify.main(["--stack-file", str(write_stack(tmp_path, config, "own"))])
     assert status == EXIT_OK, capsys.readouterr()
     assert cluster.requests
+
+
+def test_another_stack_listing_the_same_node_or_gpu_is_a_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two stacks for one cluster: both would pass on their own; each one's record betrays the other."""
+    cluster = healthy(PROD_CONFIG)
+    other = healthy(PROD_CONFIG, "prod-copy").config_maps
+    cluster.config_maps += [c for c in other if "stack" in c["metadata"]["name"]]
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    assert mismatches(out) == [
+        [node, "other", "stacks", "listing", "it", "or", "its", "GPUs", "none", "prod-copy", "MISMATCH"]
+        for node in ("gpu-node-01", "gpu-node-02")
+    ]
 
 
 def test_a_context_the_kubeconfig_lacks_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -249,7 +266,7 @@ def test_a_plain_runtime_class_with_an_nvidia_handler_fails(tmp_path: Path, caps
     config = copy.deepcopy(PROD_CONFIG)
     config[f"{PROJECT}:guard"] = {"plainRuntimeClasses": ["gvisor", "sandboxed"]}
     stack = str(write_stack(tmp_path, config))
-    cluster = healthy(config)
+    cluster = healthy(config, "case")
     cluster.runtime_classes += [
         {"metadata": {"name": "gvisor"}, "handler": "runsc"},
         {"metadata": {"name": "sandboxed"}, "handler": "nvidia-experimental"},

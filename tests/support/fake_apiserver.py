@@ -1,8 +1,10 @@
 """A Kubernetes API server on loopback that answers from a fixed set of objects.
 
-GET of collections (nodes, pods in a namespace or all, runtimeclasses, validating and mutating
-admission policies and bindings, resource quotas) with label selectors (`k=v,...`),
-`spec.nodeName=` field selectors and limit/continue paging; GET and merge-PATCH of one node. Responses have the API's shape, so the real
+GET of collections (nodes, pods in a namespace or all, config maps, runtimeclasses, validating and
+mutating admission policies and bindings, resource quotas) with label selectors (`k=v,...` or a bare
+key), `spec.nodeName=` field selectors and limit/continue paging; GET, merge-PATCH and an apply that
+names no field (server-side apply's release: labels only that manager owns go) of one node. The real
+tier runs the real API server's server-side apply. Responses have the API's shape, so the real
 kubernetes client reads them as it would a cluster's. Every request is logged; `faults` makes the
 next requests answer with a status (429, 500) or malformed JSON.
 """
@@ -24,6 +26,7 @@ COLLECTIONS = {
     "api/v1/nodes": "nodes",
     "api/v1/pods": "pods",
     "api/v1/resourcequotas": "quotas",
+    "api/v1/configmaps": "config_maps",
     "apis/node.k8s.io/v1/runtimeclasses": "runtime_classes",
     f"{ADMISSION}/validatingadmissionpolicies": "policies",
     f"{ADMISSION}/validatingadmissionpolicybindings": "bindings",
@@ -37,6 +40,7 @@ class Cluster:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     pods: list[dict[str, Any]] = field(default_factory=list)
     quotas: list[dict[str, Any]] = field(default_factory=list)
+    config_maps: list[dict[str, Any]] = field(default_factory=list)
     runtime_classes: list[dict[str, Any]] = field(default_factory=list)
     policies: list[dict[str, Any]] = field(default_factory=list)
     bindings: list[dict[str, Any]] = field(default_factory=list)
@@ -83,9 +87,15 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
     field_selector = query.get("fieldSelector", "")
     if field_selector and obj.get("spec", {}).get("nodeName") != field_selector.removeprefix("spec.nodeName="):
         return False
-    wanted = dict(term.split("=", 1) for term in query.get("labelSelector", "").split(",") if term)
+    terms = [term.split("=", 1) for term in query.get("labelSelector", "").split(",") if term]
     labels = obj["metadata"].get("labels") or {}
-    return all(labels.get(k) == v for k, v in wanted.items())
+    return all((labels.get(t[0]) == t[1]) if len(t) == 2 else t[0] in labels for t in terms)
+
+
+def managed_fields(manager: str, labels: list[str], operation: str = "Apply") -> dict[str, Any]:
+    """A managedFields entry: `manager` owns these labels."""
+    fields = {"f:metadata": {"f:labels": {f"f:{label}": {} for label in labels}}}
+    return {"manager": manager, "operation": operation, "fieldsType": "FieldsV1", "fieldsV1": fields}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -153,12 +163,17 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if found is None:
             return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
-        if self.headers.get("Content-Type") != "application/merge-patch+json":
+        content_type = self.headers.get("Content-Type")
+        if content_type not in ("application/merge-patch+json", "application/apply-patch+yaml"):
             return self._send(415, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 415})
         wanted = body.get("metadata", {}).get("resourceVersion")
         if wanted is not None and wanted != found["metadata"].get("resourceVersion"):
             return self._send(409, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409})
         labels = found["metadata"].setdefault("labels", {})
+        if content_type == "application/apply-patch+yaml":
+            if body.get("metadata", {}).get("labels"):
+                return self._send(422, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422})
+            self._release(found, parse_qs(urlparse(self.path).query)["fieldManager"][0])
         for key, value in body.get("metadata", {}).get("labels", {}).items():
             if value is None:
                 labels.pop(key, None)
@@ -166,6 +181,18 @@ class _Handler(BaseHTTPRequestHandler):
                 labels[key] = value
         found["metadata"]["resourceVersion"] = str(int(found["metadata"].get("resourceVersion", "1")) + 1)
         return self._send(200, found)
+
+    @staticmethod
+    def _release(found: dict[str, Any], manager: str) -> None:
+        entries = found["metadata"].get("managedFields") or []
+        kept = [e for e in entries if e["manager"] != manager]
+
+        def labels_of(group: list[dict[str, Any]]) -> set[str]:
+            return {key[2:] for e in group for key in e["fieldsV1"]["f:metadata"]["f:labels"]}
+
+        for label in labels_of([e for e in entries if e["manager"] == manager]) - labels_of(kept):
+            found["metadata"]["labels"].pop(label, None)
+        found["metadata"]["managedFields"] = kept
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
