@@ -48,7 +48,7 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
     return client.ApiClient(configuration)
 
 
-class _NotFound(UnavailableError):
+class _NotFoundError(UnavailableError):
     """A 404: unavailable to a caller that needs the object, an answer to one that asks with find()."""
 
 
@@ -67,7 +67,7 @@ class Reader:
         """The object at `path`, or None where the API server answers 404."""
         try:
             return self.get(path)
-        except _NotFound:
+        except _NotFoundError:
             return None
 
     def get(self, path: str, query: list[tuple[str, str]] | None = None) -> dict[str, Any]:
@@ -85,7 +85,7 @@ class Reader:
                 self._sleep(self.backoff * 2**attempt)
                 continue
             if status == 404:
-                raise _NotFound(f"the API server answered 404 {reason} to GET {path}")
+                raise _NotFoundError(f"the API server answered 404 {reason} to GET {path}")
             if status != 200:
                 raise UnavailableError(f"the API server answered {status} {reason} to GET {path}")
             return _json_object(data, path)
@@ -101,7 +101,9 @@ class Reader:
             raise UnavailableError(f"cannot reach the API server: {bounded(str(error))}") from None
         if status != 200:
             message = _json_object(data, path).get("message", "") if data.startswith(b"{") else ""
-            raise UnavailableError(f"the API server answered {status} {reason} to PATCH {path}: {bounded(message, 200)}")
+            raise UnavailableError(
+                f"the API server answered {status} {reason} to PATCH {path}: {bounded(message, 200)}"
+            )
         return _json_object(data, path)
 
     def _sleep(self, seconds: float) -> None:
@@ -134,7 +136,9 @@ class Reader:
 
         def call() -> None:
             try:
-                response = self.client.call_api(*serialized, _request_timeout=(TIMEOUTS[0], min(TIMEOUTS[1], remaining)))
+                response = self.client.call_api(
+                    *serialized, _request_timeout=(TIMEOUTS[0], min(TIMEOUTS[1], remaining))
+                )
                 outcome.append((response.status, str(response.reason), response.read()))  # type: ignore[no-untyped-call]
             except BaseException as error:  # handed to the caller's thread
                 outcome.append(error)

@@ -75,8 +75,8 @@ def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str],
         return [label for label in ours if label not in shared], shared
     # Applying an object that names no field gives up every field this manager owns; resourceVersion makes
     # the apply fail rather than act on a node that changed since it was judged.
-    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}}
-    body["metadata"]["resourceVersion"] = node["metadata"]["resourceVersion"]
+    metadata = {"name": node_name, "resourceVersion": node["metadata"]["resourceVersion"]}
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
     after = (reader.apply(path, body, FIELD_MANAGER).get("metadata") or {}).get("labels") or {}
     return [label for label in ours if label not in after], {k: v for k, v in shared.items() if k in after}
 

@@ -2,13 +2,14 @@
 
     python -m cluster.verify --stack prod [--context C] [--kubeconfig K] [--json] [--deadline 120]
 
-One LIST per kind for the whole stack (nodes, the pinned plugins, the operator's plugins,
+One LIST per kind for the whole stack (nodes, the pinned plugins, the operator's plugins, stack records,
 RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per node: capacity
 and allocatable equal what the stack advertises, the operator switches are set, no operator plugin
 runs there, and exactly one pinned plugin is Ready there whose NVIDIA_VISIBLE_DEVICES is the
-stack's exposed UUIDs, in order. Stack-wide: the stack's record (and no other stack's record listing its nodes or GPUs), the RuntimeClasses (and no class the guard takes as plain
-with an NVIDIA handler), both admission policies field by field (failure policy, matches, exemptions,
-variables, rules), their bindings (the stack's mode, every namespace), the void policy if
+stack's exposed UUIDs, in order, and no other stack's record lists the node or its GPUs. Stack-wide:
+the stack's own record, the RuntimeClasses (and no class the guard takes as plain with an NVIDIA
+handler), both admission policies field by field (failure policy, matches, exemptions, variables,
+rules), their bindings (the stack's mode, every namespace), the void policy if
 `guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
 --kubeconfig say otherwise. Exit 1 on any mismatch, 2 on an invalid stack or kubeconfig, 3 when the

@@ -77,7 +77,9 @@ def test_a_switch_another_manager_also_set_stays_and_is_named(
 
 def test_a_node_hidden_by_hand_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The recipe's `kubectl label ... device-plugin=false`, in no stack: not hidden-gpu's to give back."""
-    by_hand = retired([managed_fields("kubectl-label", [DEVICE_PLUGIN_LABEL], "Update")], {DEVICE_PLUGIN_LABEL: "false"})
+    by_hand = retired(
+        [managed_fields("kubectl-label", [DEVICE_PLUGIN_LABEL], "Update")], {DEVICE_PLUGIN_LABEL: "false"}
+    )
     status, labels, requests = give_back(tmp_path, "gpu-node-09", "--yes", cluster=Cluster(nodes=[by_hand]))
     assert status == EXIT_USAGE and labels[DEVICE_PLUGIN_LABEL] == "false"
     assert {method for method, _, _ in requests} == {"GET"}

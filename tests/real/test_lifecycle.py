@@ -22,7 +22,16 @@ from pulumi.automation import OpType
 
 from cluster import release, verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
-from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, POLICY_NAME, device_plugin_name
+from common.names import (
+    DEVICE_PLUGIN_LABEL,
+    FIELD_MANAGER,
+    NODE_LABEL,
+    OPERAND_LABELS,
+    POLICY_NAME,
+    STACK_LABEL,
+    device_plugin_name,
+    stack_record_name,
+)
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import eventually
 from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, Stopwatch, pulumi_stack
@@ -80,7 +89,7 @@ def project(plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.
         "hidden-gpu:quotas": {"ml-training": 1},
     }
     # The GPU Operator labelled its nodes before hidden-gpu existed, as its own field manager.
-    for name in ("gpu-node-01", "gpu-node-02"):
+    for name in ("gpu-node-01", "gpu-node-02", "cpu-node-by-hand"):
         plane.apply(
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {DEVICE_PLUGIN_LABEL: "true"}}},
             manager="gpu-operator",
@@ -213,12 +222,35 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
 
 
 def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
-    """A node leaves the stack: its plugin goes, its labels stay (the patch is retained)."""
+    """A node leaves the stack: its plugin goes, its labels stay (the patch is retained). Release then gives
+    back only what hidden-gpu hid and what no stack in this cluster still lists."""
     stack = project.stack
     project.write(lambda c: c.__setitem__("hidden-gpu:nodes", copy.deepcopy(nodes([OTHER])[1:])))
     TIMES.timed("up without gpu-node-01", stack.up)
     assert plugin(plane, "gpu-node-01") is None
     assert labels(plane, "gpu-node-01")[DEVICE_PLUGIN_LABEL] == "false"
+    record = plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/configmaps/{stack_record_name(STACK)}")
+    assert record["data"] == {"stack": STACK, "node.gpu-node-02": ""}
+
+    # A file that does not list gpu-node-02 is not enough: the stack's record in this cluster still does.
+    elsewhere = project.work / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    other_file = elsewhere / "Pulumi.other.yaml"
+    other_file.write_text(yaml.safe_dump({"config": {**project.config, "hidden-gpu:nodes": nodes([EXPOSED])[:1]}}))
+    assert release.main(["--stack-file", str(other_file), "--node", "gpu-node-02", "--yes"]) == EXIT_USAGE
+    assert f"stack {STACK} still hides it in this cluster" in capsys.readouterr().err
+    # A node hidden by hand (the recipe's `kubectl label`), in no stack: not hidden-gpu's to give back.
+    plane.request(
+        "PATCH",
+        "/api/v1/nodes/cpu-node-by-hand?fieldManager=kubectl-label",
+        {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: "false"}}},
+        content_type="application/merge-patch+json",
+    )
+    assert release.main(["--stack-file", str(other_file), "--node", "cpu-node-by-hand", "--yes"]) == EXIT_USAGE
+    assert "not hidden by hidden-gpu (nvidia.com/gpu.deploy.device-plugin set by kubectl-label" in (
+        capsys.readouterr().err
+    )
+    assert labels(plane, "cpu-node-by-hand")[DEVICE_PLUGIN_LABEL] == "false"
 
     TIMES.timed("destroy", stack.destroy)
     # The guard outlives destroy, like the label patches: the retained hidden nodes stay guarded.
@@ -229,8 +261,11 @@ def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.
     assert plugin_pods(plane) == [] or all(p["metadata"].get("deletionTimestamp") for p in plugin_pods(plane))
     for node in ("gpu-node-01", "gpu-node-02"):
         assert labels(plane, node)[DEVICE_PLUGIN_LABEL] == "false", node
+    # The record goes with the stack: a destroyed stack claims no node.
+    records = plane.request("GET", f"/api/v1/configmaps?labelSelector={STACK_LABEL}")["items"]
+    assert records == []
 
-    # The deliberate way back: a node the stack no longer lists is released; one it lists is refused.
+    # The deliberate way back, by the real API server's server-side apply: hidden-gpu gives up its fields.
     assert release.main(["--stack-file", str(project.stack_file), "--node", "gpu-node-01", "--yes"]) == EXIT_OK
     assert DEVICE_PLUGIN_LABEL not in labels(plane, "gpu-node-01") and NODE_LABEL not in labels(plane, "gpu-node-01")
     assert release.main(["--stack-file", str(project.stack_file), "--node", "gpu-node-02", "--yes"]) == EXIT_USAGE

@@ -94,7 +94,7 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
 
 def managed_fields(manager: str, labels: list[str], operation: str = "Apply") -> dict[str, Any]:
     """A managedFields entry: `manager` owns these labels."""
-    fields = {"f:metadata": {"f:labels": {f"f:{label}": {} for label in labels}}}
+    fields: dict[str, Any] = {"f:metadata": {"f:labels": {f"f:{label}": {} for label in labels}}}
     return {"manager": manager, "operation": operation, "fieldsType": "FieldsV1", "fieldsV1": fields}
 
 
