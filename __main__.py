@@ -1,5 +1,7 @@
 """hidden-gpu: Kubernetes schedules only the GPUs a stack exposes; the others stay hidden."""
 
+from pathlib import Path
+
 import pulumi
 import pulumi_kubernetes as k8s
 
@@ -21,9 +23,12 @@ from components import (
 )
 from components.sdk import full_config
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
+from stack_config.reviewed import check_reviewed
 
 try:
     stack = parse_project_config(full_config())
+    # Only what the stack file says: not an ESC environment's, Pulumi.yaml's or --config's values.
+    check_reviewed(stack, Path(__file__).resolve().parent, pulumi.get_stack())
 except InvalidConfigError as error:
     raise pulumi.RunError(f"invalid stack config: {error}") from None
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 from enum import StrEnum
 
 PROJECT = "hidden-gpu"
+# Where the program finds its stack file when it is not in Pulumi.yaml's stackConfigDir (an Automation
+# API program's workspace): it applies only what that file says.
+STACK_FILE_ENV = "HIDDEN_GPU_STACK_FILE"
 
 
 # --- Named values of settings (the strings are what stack files and the plugin's env carry) ---

@@ -22,6 +22,7 @@ import pulumi
 
 from common.names import PROJECT
 from components.sdk import MockMonitor, reset_run_state, root_outputs, run_sync
+from stack_config.reviewed import harness_stacks
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 # A collection threshold no run reaches.
@@ -256,8 +257,13 @@ def run_callable(
         pulumi.runtime.set_all_config(
             {key: value if isinstance(value, str) else json.dumps(value) for key, value in (config or {}).items()}
         )
-        run_sync(program)
-        run_sync(resolve_outputs)
+        # The config handed here is the stack file's: the program's check against that file holds.
+        harness_stacks.add(stack)
+        try:
+            run_sync(program)
+            run_sync(resolve_outputs)
+        finally:
+            harness_stacks.discard(stack)
     return run
 
 

@@ -15,10 +15,14 @@ from typing import Any
 import yaml
 
 from common.cli import EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
-from common.names import Token
+from common.names import PROJECT, Token
 from offline.outdir import replace_directory
 from offline.program import Declared, ProgramRun, run_program
-from stack_config import StackConfig, parse_project_config, quota_warnings, read_stack_file
+from stack_config import InvalidConfigError, StackConfig, parse_project_config, quota_warnings, read_stack_file
+from stack_config.load import imported_environments
+from stack_config.reviewed import project_config_problems
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class Rendered:
     stack: StackConfig
     run: ProgramRun
     files: dict[str, dict[str, Any]]
+    environments: tuple[str, ...] = ()
 
 
 def file_name(resource: Declared) -> str:
@@ -39,12 +44,16 @@ def file_name(resource: Declared) -> str:
 
 def render(path: Path) -> Rendered:
     config = read_stack_file(path)
+    # A default Pulumi.yaml gives every stack is applied by `up` (and refused there): refuse it here too.
+    problems = project_config_problems(PROJECT_DIR)
+    if problems:
+        raise InvalidConfigError(problems)
     # Validated here too, before the program runs: an invalid stack exits 2 with every problem.
     stack = parse_project_config(config)
     stack_name = stack_name_of(path)
     run_ = run_program(config, stack_name)
     files = {file_name(resource): resource.inputs for resource in run_.kubernetes_objects}
-    return Rendered(stack_name, stack, run_, files)
+    return Rendered(stack_name, stack, run_, files, tuple(imported_environments(path)))
 
 
 def to_yaml(obj: dict[str, Any]) -> str:
@@ -73,6 +82,11 @@ def summary(rendered: Rendered, out_dir: Path) -> str:
     adds_void = "; adds NVIDIA_VISIBLE_DEVICES=void to new containers without a GPU request" if guard.add_void else ""
     lines.append(f"  guard: {guard.mode}; exempt namespaces: {exempt}; exempt by label: {labels}{adds_void}")
     lines += [f"warning: {warning}" for warning in quota_warnings(rendered.stack)]
+    if rendered.environments:
+        lines.append(
+            f"warning: the stack imports ESC environments ({', '.join(rendered.environments)}) that this render "
+            f"cannot read; `pulumi up` refuses any {PROJECT}: value they add"
+        )
     return "\n".join(lines)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -36,6 +38,8 @@ MAX_DEPTH = 32
 MAX_NODES = 200_000
 MERGE_TAG = "tag:yaml.org,2002:merge"
 BOM = "\ufeff"
+# How alike (difflib's ratio) a namespace must be to ours to be called a misspelling of it.
+NEAR_MISS = 0.8
 
 
 class _Pulumi12Loader(yaml.SafeLoader):
@@ -192,6 +196,89 @@ def _shared_values(path: Path, root: yaml.Node) -> Iterator[ConfigError]:
                 break
 
 
+# How the Pulumi CLI reads a plain scalar into a config value: gopkg.in/yaml.v3 v3.0.1 resolve.go
+# (resolveMap, resolve(): timestamps, strconv.ParseInt/ParseUint base 0 after dropping `_`,
+# yamlStyleFloat, 0b/0o), then sdk/go/common/resource/config/object.go unmarshalObject (a timestamp
+# becomes time.Time.String(), not the text).
+_CLI_WORDS: dict[str, Any] = {
+    **dict.fromkeys(("", "~", "null", "Null", "NULL")),
+    **dict.fromkeys(("true", "True", "TRUE"), True),
+    **dict.fromkeys(("false", "False", "FALSE"), False),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), math.nan),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), math.inf),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), -math.inf),
+}
+_CLI_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+_CLI_TIMESTAMP = re.compile(
+    r"^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}([Tt ][0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}(\.[0-9]+)?(Z|[-+][0-9]{2}:[0-9]{2})?)?$"
+)
+_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+
+
+class _Timestamp(str):
+    """What the CLI makes of a date: a different string than the one written."""
+
+
+def _go_int(text: str) -> int | None:
+    """strconv.ParseInt(text, 0, 64), or ParseUint: an optional sign, then 0x/0o/0b or a leading 0 for octal."""
+    sign = -1 if text.startswith("-") else 1
+    body = text[1:] if text[:1] in "+-" else text
+    base, digits = 10, body
+    if body[:2].lower() in ("0x", "0o", "0b"):
+        base, digits = {"x": 16, "o": 8, "b": 2}[body[1].lower()], body[2:]
+    elif body.startswith("0") and len(body) > 1:
+        base, digits = 8, body[1:]
+    if not digits or any(c not in _DIGITS[base] for c in digits):
+        return None
+    value = sign * int(digits, base)
+    return value if -(2**63) <= value < 2**64 else None
+
+
+def cli_reading(text: str) -> Any:
+    """The value the Pulumi CLI reads from an untagged plain scalar."""
+    if text in _CLI_WORDS:
+        return _CLI_WORDS[text]
+    if text[:1] == ".":
+        return float(text) if _CLI_FLOAT.match(text) else text
+    if not text[:1] or text[0] not in "+-0123456789":
+        return text
+    if _CLI_TIMESTAMP.match(text):
+        return _Timestamp(text)
+    plain = text.replace("_", "")
+    number = _go_int(plain)
+    if number is None and _CLI_FLOAT.match(plain):
+        return float(plain)
+    return text if number is None else number
+
+
+def _same_reading(ours: Any, cli: Any) -> bool:
+    if isinstance(cli, _Timestamp) or type(ours) is bool or type(cli) is bool or ours is None or cli is None:
+        return not isinstance(cli, _Timestamp) and ours is cli
+    if isinstance(ours, int | float) and isinstance(cli, int | float):
+        return ours == cli or (math.isnan(ours) and math.isnan(cli))
+    return type(ours) is type(cli) and ours == cli
+
+
+def _scalar_problems(path: Path, root: yaml.Node, loader: yaml.SafeLoader) -> Iterator[ConfigError]:
+    """Plain scalars under `hidden-gpu:` that this reader (YAML 1.1 numbers) and the CLI (YAML 1.2) read
+    differently: `1:30` (90 or a string), `1e3` (a string or 1000), `0o7`, a date."""
+    config = _config_node(root)
+    for key, value in config.value if config is not None else []:
+        if not _namespaced(_key_text(key)).startswith(PREFIX):
+            continue
+        for node, key_path in _walk(value, _namespaced(_key_text(key))):
+            if not isinstance(node, yaml.ScalarNode) or node.style is not None:
+                continue
+            ours, cli = loader.construct_object(node), cli_reading(node.value)
+            if not _same_reading(ours, cli):
+                theirs = "a timestamp" if isinstance(cli, _Timestamp) else show(cli)
+                reason = (
+                    f"{key_path} = {node.value}: read as {show(ours)} here and as {theirs} by the Pulumi CLI "
+                    "(YAML 1.2); quote it, or write the value plainly"
+                )
+                yield ConfigError((), reason, where=f"{path}:{node.start_mark.line + 1}")
+
+
 def read_stack_file(path: Path) -> dict[str, Any]:
     """The `config:` map of a Pulumi stack file, as written, or InvalidConfigError."""
     text = _text(path)
@@ -204,6 +291,9 @@ def read_stack_file(path: Path) -> dict[str, Any]:
                 raise _file_error(path, "is empty: a stack file needs a 'config:' mapping")
             _check_size(path, root)
             _check_keys(path, root)
+            ambiguous = list(_scalar_problems(path, root, loader))
+            if ambiguous:
+                raise InvalidConfigError(ambiguous)
             document = loader.construct_document(root)
         finally:
             loader.dispose()
@@ -227,6 +317,15 @@ def read_stack_file(path: Path) -> dict[str, Any]:
     return named
 
 
+def imported_environments(path: Path) -> list[str]:
+    """The ESC environments a stack file imports (`environment:`, a list or `imports:`), as written."""
+    document = yaml.load(_text(path), Loader=_Pulumi12Loader)
+    found = document.get("environment") if isinstance(document, dict) else None
+    if isinstance(found, dict):
+        found = found.get("imports")
+    return [str(name) for name in found] if isinstance(found, list) else []
+
+
 def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
     """Validate the `hidden-gpu:*` entries of a full config map; other namespaces pass through.
 
@@ -241,7 +340,7 @@ def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
             "and the offline tools cannot decrypt it; write the value out"
         )
         raise InvalidConfigError([ConfigError(loc, reason) for loc in secrets])
-    outside = list(_cluster_problems(config))
+    outside = [*_key_problems(config), *_cluster_problems(config)]
     try:
         stack = StackConfig.model_validate(own)
     except ValidationError as error:
@@ -249,6 +348,29 @@ def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
     if outside:
         raise InvalidConfigError(outside)
     return stack
+
+
+def _invisible(text: str) -> list[str]:
+    """Characters a reviewer cannot see: format (zero-width, BOM), control and non-ASCII spaces."""
+    return [c for c in text if unicodedata.category(c) in ("Cf", "Cc", "Zs", "Zl", "Zp") and c != " "]
+
+
+def _key_problems(config: Mapping[str, Any]) -> Iterator[ConfigError]:
+    """Keys a reviewer would read as ours that the CLI files elsewhere: invisible characters, or a
+    namespace one edit away from ours (`hiden-gpu:`, `Hidden-GPU:`): Pulumi would hand the program
+    nothing under `hidden-gpu:` and the stack would silently run on defaults."""
+    for key in config:
+        hidden = _invisible(key) + ([" "] if " " in key else [])
+        if hidden:
+            names = ", ".join(sorted({f"U+{ord(c):04X}" for c in hidden}))
+            yield ConfigError((), f"config key holds a character no reviewer sees ({names}); retype it", where=key)
+            continue
+        namespace, _, name = key.partition(":")
+        if namespace == PROJECT or not name:
+            continue
+        folded = unicodedata.normalize("NFKC", namespace).casefold()
+        if folded == PROJECT or difflib.SequenceMatcher(None, folded, PROJECT).ratio() >= NEAR_MISS:
+            yield ConfigError((), f"unknown namespace '{namespace}'; did you mean '{PREFIX}{name}'?", where=key)
 
 
 def _cluster_problems(config: Mapping[str, Any]) -> Iterator[ConfigError]:

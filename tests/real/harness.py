@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+import pulumi
 from pulumi import automation as auto
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, PLUGIN_NAME, PLUGIN_NAME_LABEL, PROJECT
+from common.names import DEFAULT_PLUGIN_NAMESPACE, PLUGIN_NAME, PLUGIN_NAME_LABEL, PROJECT, STACK_FILE_ENV
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 
@@ -50,16 +51,23 @@ class Stopwatch(dict[str, float]):
             (Path(target) / f"{self.name}.json").write_text(json.dumps(self, indent=2) + "\n")
 
 
+# Stack name -> its stack file: an inline program's file is in its workspace, not in stacks/.
+STACK_FILES: dict[str, Path] = {}
+
+
 def program() -> None:
     """This repository's __main__.py, as `pulumi up` runs it: an Automation API inline program, so no
-    pulumi-language-python binary is needed (the module proxy serves none)."""
+    pulumi-language-python binary is needed (the module proxy serves none). The program compares what
+    the CLI hands it with the stack file $HIDDEN_GPU_STACK_FILE names."""
+    os.environ[STACK_FILE_ENV] = str(STACK_FILES[pulumi.get_stack()])
     runpy.run_path(str(PROGRAM), run_name="__main__")
 
 
-def pulumi_stack(work: Path, name: str) -> auto.Stack:
+def pulumi_stack(work: Path, name: str, *, own_project_file: bool = False) -> auto.Stack:
     """A stack of this program in `work` (its Pulumi.<name>.yaml), with a file backend and a passphrase
     there, run by the pinned CLI and provider of e2e/.bin, nothing downloaded."""
     (work / "state").mkdir(exist_ok=True)
+    STACK_FILES[name] = work / f"Pulumi.{name}.yaml"
     os.environ["PATH"] = f"{LINKS}{os.pathsep}{os.environ['PATH']}"
     env = {
         "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
@@ -69,9 +77,9 @@ def pulumi_stack(work: Path, name: str) -> auto.Stack:
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "PATH": os.environ["PATH"],
     }
-    options = auto.LocalWorkspaceOptions(
-        work_dir=str(work), env_vars=env, project_settings=auto.ProjectSettings(name=PROJECT, runtime="python")
-    )
+    # own_project_file: the test wrote work/Pulumi.yaml itself (with project-level config, say).
+    settings = None if own_project_file else auto.ProjectSettings(name=PROJECT, runtime="python")
+    options = auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env, project_settings=settings)
     return auto.create_or_select_stack(stack_name=name, project_name=PROJECT, program=program, opts=options)
 
 

@@ -271,3 +271,28 @@ def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.
     assert release.main(["--stack-file", str(project.stack_file), "--node", "gpu-node-02", "--yes"]) == EXIT_USAGE
     assert labels(plane, "gpu-node-02")[TOOLKIT_LABEL] == "false"
     capsys.readouterr()
+
+
+def test_config_the_cli_adds_is_refused(
+    plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Pulumi.yaml's project config sets the guard to audit for every stack; the stack file, what reviewers
+    read, says nothing. The real CLI merges it in; the program refuses to run with it."""
+    work = tmp_path_factory.mktemp("project-config")
+    (work / "Pulumi.yaml").write_text(
+        yaml.safe_dump(
+            {"name": "hidden-gpu", "runtime": "python", "config": {"hidden-gpu:guard": {"value": {"mode": "audit"}}}}
+        )
+    )
+    config = {
+        "pulumi:disable-default-providers": ["kubernetes"],
+        "kubernetes:kubeconfig": str(plane.kubeconfig("admin")),
+        "kubernetes:context": "admin@e2e",
+        "hidden-gpu:nodes": nodes([EXPOSED]),
+    }
+    (work / "Pulumi.drift.yaml").write_text(yaml.safe_dump({"config": config}))
+    stack = pulumi_stack(work, "drift", own_project_file=True)
+    with pytest.raises(auto.CommandError) as failed:
+        stack.preview()
+    assert "hidden-gpu:guard: differs from" in str(failed.value), str(failed.value)[-3000:]
+    assert "Pulumi.yaml's project config" in str(failed.value)

@@ -1,0 +1,75 @@
+"""The config `pulumi up` applies must be the stack file's, which is what reviewers read.
+
+The Pulumi CLI hands a program more than the stack file: values from the ESC environments the stack
+imports (`environment:`, merged into objects), project-level `config:` defaults in Pulumi.yaml, and
+`--config` flags. None of them reaches `render` or the review, so the program reads the stack file
+itself and refuses to run when any `hidden-gpu:` value it was handed differs from the file's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.names import PROJECT, STACK_FILE_ENV
+from stack_config.errors import ConfigError, InvalidConfigError
+from stack_config.load import PREFIX, parse_project_config, read_stack_file
+from stack_config.models import StackConfig
+
+# Stacks the offline harness (offline/program.py) is running, in-process, from a stack file's config
+# map: the handed config *is* the file's. Nothing outside the process (environment, flags) can add one.
+harness_stacks: set[str] = set()
+
+
+def stack_file_of(project_dir: Path, stack: str) -> Path:
+    """Where the CLI reads the stack's file: $HIDDEN_GPU_STACK_FILE (an Automation API program's work
+    directory), else Pulumi.yaml's `stackConfigDir` (default: the project directory)."""
+    if os.environ.get(STACK_FILE_ENV):
+        return Path(os.environ[STACK_FILE_ENV])
+    project = _project_settings(project_dir)
+    config_dir = project.get("stackConfigDir") if isinstance(project.get("stackConfigDir"), str) else "."
+    return project_dir / str(config_dir) / f"Pulumi.{stack}.yaml"
+
+
+def _project_settings(project_dir: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load((project_dir / "Pulumi.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def project_config_problems(project_dir: Path) -> list[ConfigError]:
+    """Project-level `config:` in Pulumi.yaml that sets a `hidden-gpu:` key: a default no review shows."""
+    config = _project_settings(project_dir).get("config")
+    if not isinstance(config, dict):  # absent, or the old spelling of a config directory
+        return []
+    keys = [str(k) for k in config if str(k).startswith(PREFIX) or ":" not in str(k)]
+    reason = "sets a default for every stack that no stack file shows; write it in each stack file instead"
+    return [ConfigError((), reason, where=f"{project_dir / 'Pulumi.yaml'}: config.{key}") for key in keys]
+
+
+def check_reviewed(handed: StackConfig, project_dir: Path, stack: str) -> None:
+    """InvalidConfigError unless `handed` is exactly what the stack's file (and only it) says."""
+    if stack in harness_stacks:
+        return
+    path = stack_file_of(project_dir, stack)
+    problems = project_config_problems(project_dir)
+    if problems:
+        raise InvalidConfigError(problems)
+    reviewed = parse_project_config(read_stack_file(path))
+    differing = [
+        f"{PREFIX}{field.alias or name}"
+        for name, field in StackConfig.model_fields.items()
+        if getattr(handed, name) != getattr(reviewed, name)
+    ]
+    if differing:
+        reason = (
+            f"differs from {path}: the Pulumi CLI merged in another value (an ESC environment the stack "
+            f"imports, Pulumi.yaml's project config, or --config); {PROJECT} applies only what the stack "
+            "file says, so put the value there"
+        )
+        raise InvalidConfigError([ConfigError((), reason, where=key) for key in differing])

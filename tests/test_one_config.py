@@ -1,0 +1,119 @@
+"""One config, reviewed: what `pulumi up` applies is what the stack file says and render shows.
+
+The CLI reads YAML 1.2 and merges values from ESC environments, Pulumi.yaml and --config; the reader
+refuses what the two readings disagree on, and the program refuses any value the file does not hold
+(tests/real/test_lifecycle.py runs that refusal under the real CLI)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from common.cli import EXIT_USAGE
+from offline import render
+from stack_config import InvalidConfigError, parse_project_config
+from stack_config.load import cli_reading
+from stack_config.reviewed import check_reviewed, project_config_problems
+from tests.support.stacks import CLUSTER_YAML, valid_config, write_stack
+
+NODES = "  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n"
+
+
+@pytest.mark.parametrize(
+    ("value", "ours", "theirs"),
+    [
+        ("1:30", "90", '"1:30"'),  # sexagesimal: YAML 1.1 only
+        ("1e3", '"1e3"', "1000.0"),  # an exponent without a dot: YAML 1.2 only
+        ("0o7", '"0o7"', "7"),
+        ("08", '"08"', "8.0"),
+        ("2026-12-03", '"2026-12-03"', "a timestamp"),
+    ],
+)
+def test_scalars_the_cli_reads_differently_are_refused_with_both_readings(
+    value: str, ours: str, theirs: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "Pulumi.s.yaml"
+    path.write_text(f"config:\n{CLUSTER_YAML}{NODES}  hidden-gpu:quotas:\n    team: {value}\n")
+    assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        f"error: {path}:6: hidden-gpu:quotas.team = {value}: read as {ours} here and as {theirs} "
+        "by the Pulumi CLI (YAML 1.2); quote it, or write the value plainly\n"
+    )
+
+
+@pytest.mark.parametrize(("value", "read"), [("3", 3), ("010", 8), ("0x10", 16), ("1_000", 1000), ('"1:30"', "1:30")])
+def test_scalars_both_read_alike_pass(value: str, read: object, tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.s.yaml"
+    path.write_text(f"config:\n{CLUSTER_YAML}{NODES}  hidden-gpu:devicePlugin:\n    namespace: {value}\n")
+    loaded = yaml.safe_load(path.read_text())["config"]["hidden-gpu:devicePlugin"]["namespace"]
+    assert loaded == read and (value.startswith('"') or cli_reading(value) == read)
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("hiden-gpu:quotas", "unknown namespace 'hiden-gpu'; did you mean 'hidden-gpu:quotas'?"),
+        ("Hidden-GPU:quotas", "unknown namespace 'Hidden-GPU'; did you mean 'hidden-gpu:quotas'?"),
+        ("hidden_gpu:quotas", "unknown namespace 'hidden_gpu'; did you mean 'hidden-gpu:quotas'?"),
+        ("hidden-gpu\u200b:quotas", "config key holds a character no reviewer sees (U+200B); retype it"),
+        ("\ufeffhidden-gpu:quotas", "config key holds a character no reviewer sees (U+FEFF); retype it"),
+    ],
+)
+def test_a_namespace_that_looks_like_ours_is_refused(key: str, message: str) -> None:
+    """Pulumi files these under another namespace: dev's quotas would silently be none."""
+    config = valid_config() | {key: {"ml-dev": 1}}
+    with pytest.raises(InvalidConfigError) as refused:
+        parse_project_config(config)
+    assert str(refused.value) == f"{key}: {message}"
+
+
+def test_other_namespaces_still_pass() -> None:
+    assert parse_project_config(valid_config() | {"aws:region": "eu-west-1", "gpu:x": 1}).nodes
+
+
+def test_project_config_for_our_namespace_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text(
+        "name: hidden-gpu\nruntime: python\nconfig:\n  hidden-gpu:guard:\n    value: {mode: audit}\n"
+        "  kubernetes:context: {value: x}\n"
+    )
+    assert [str(p) for p in project_config_problems(tmp_path)] == [
+        f"{tmp_path / 'Pulumi.yaml'}: config.hidden-gpu:guard: sets a default for every stack that no stack file "
+        "shows; write it in each stack file instead"
+    ]
+
+
+def test_the_repositorys_project_sets_no_config_of_ours() -> None:
+    assert project_config_problems(Path(__file__).resolve().parent.parent) == []
+
+
+def test_a_value_the_file_does_not_hold_is_refused(tmp_path: Path) -> None:
+    """What `pulumi up` hands the program after merging an ESC environment's `hidden-gpu:guard`."""
+    (tmp_path / "Pulumi.yaml").write_text("name: hidden-gpu\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks").mkdir()
+    write_stack(tmp_path / "stacks", valid_config(), "prod")
+    merged = copy.deepcopy(valid_config())
+    merged["hidden-gpu:guard"] = {"mode": "audit", "exemptNamespaces": ["kube-system", "tenant-a"]}
+    check_reviewed(parse_project_config(valid_config()), tmp_path, "prod")  # the file's own config passes
+    with pytest.raises(InvalidConfigError) as refused:
+        check_reviewed(parse_project_config(merged), tmp_path, "prod")
+    assert str(refused.value).startswith(f"hidden-gpu:guard: differs from {tmp_path / 'stacks/Pulumi.prod.yaml'}:")
+
+
+def test_without_its_stack_file_the_program_does_not_run(tmp_path: Path) -> None:
+    (tmp_path / "Pulumi.yaml").write_text("name: hidden-gpu\nruntime: python\n")
+    with pytest.raises(InvalidConfigError) as refused:
+        check_reviewed(parse_project_config(valid_config()), tmp_path, "prod")
+    assert "Pulumi.prod.yaml: cannot read stack file" in str(refused.value)
+
+
+def test_render_names_the_esc_environments_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_stack(tmp_path, valid_config())
+    path.write_text("environment:\n  - platform/kube-credentials\n" + path.read_text())
+    assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "o")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "warning: the stack imports ESC environments (platform/kube-credentials) that this render cannot read; "
+        "`pulumi up` refuses any hidden-gpu: value they add"
+    )
