@@ -57,6 +57,7 @@ def test_preview_runs_tests_comments_the_render_diff_and_previews_every_stack() 
     assert list(workflow[True]) == ["pull_request"]  # YAML reads the key `on` as True
     render_job = workflow["jobs"]["test-and-render-diff"]
     assert {"run": "make test"} in render_job["steps"]
+    assert any(s.get("run") == ".venv/bin/python -m offline.fleet" for s in render_job["steps"])
     assert any("scripts/render_diff.sh" in str(s.get("run", "")) for s in render_job["steps"])
     preview = workflow["jobs"]["pulumi-preview"]
     assert preview["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.test-and-render-diff.outputs.stacks) }}"

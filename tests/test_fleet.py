@@ -1,0 +1,59 @@
+"""offline.fleet: the checks across stack files (one GPU, one stack; one node of a cluster, one stack)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, STACKS_DIR
+from offline import fleet
+from tests.support.stacks import HIDDEN, changed, node, valid_config, write_stack
+
+
+def test_the_projects_stacks_do_not_conflict(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fleet.main([]) == EXIT_OK
+    assert capsys.readouterr().out.endswith(" conflict(s)\n")
+
+
+def test_a_gpu_one_stack_hides_and_another_exposes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both stacks render, both pass discover --check: only together do they show the GPU handed out."""
+    write_stack(tmp_path, valid_config(), "a")
+    other = changed(lambda c: node(c).update({"name": "gpu-node-07", "exposedGpus": [HIDDEN[0]], "hiddenGpus": []}))
+    other["kubernetes:context"] = "admin@other"
+    other["hidden-gpu:nodes"] = other["hidden-gpu:nodes"][:1]
+    write_stack(tmp_path, other, "b")
+    assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_FINDING
+    assert capsys.readouterr().out.splitlines() == [
+        f"conflict: GPU {HIDDEN[0]}: listed by Pulumi.a.yaml and Pulumi.b.yaml",
+        "2 stack files, 1 conflict(s)",
+    ]
+
+
+def test_one_node_of_one_cluster_in_two_stacks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_stack(tmp_path, changed(lambda c: c["hidden-gpu:nodes"].pop(1)), "a")
+    write_stack(tmp_path, changed(lambda c: c["hidden-gpu:nodes"].pop(0)), "b")
+    b = changed(lambda c: c["hidden-gpu:nodes"].pop(1))
+    node(b).update({"exposedGpus": [], "hiddenGpus": ["GPU-0c0c0c0c-1111-4222-8333-444455556666"]})
+    write_stack(tmp_path, b, "c")
+    assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_FINDING
+    assert "conflict: node gpu-node-01 of cluster 'admin@test': listed by Pulumi.a.yaml and Pulumi.c.yaml" in (
+        capsys.readouterr().out
+    )
+
+
+def test_the_same_node_name_in_two_clusters_is_fine(tmp_path: Path) -> None:
+    write_stack(tmp_path, changed(lambda c: c["hidden-gpu:nodes"].pop(1)), "a")
+    b = changed(lambda c: c["hidden-gpu:nodes"].pop(1)) | {"kubernetes:context": "admin@elsewhere"}
+    node(b).update({"exposedGpus": ["GPU-0c0c0c0c-1111-4222-8333-444455556666"], "hiddenGpus": []})
+    write_stack(tmp_path, b, "b")
+    assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_OK
+
+
+def test_an_invalid_stack_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for path in STACKS_DIR.glob("Pulumi.*.yaml"):
+        shutil.copy(path, tmp_path)
+    (tmp_path / "Pulumi.broken.yaml").write_text("config: [\n")
+    assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_USAGE
+    assert "Pulumi.broken.yaml" in capsys.readouterr().err
