@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parse_args(argv)
 
     def command() -> int:
-        rendered = render(stack_file(args))
-        replace_directory(args.out, {name: to_yaml(obj) for name, obj in rendered.files.items()})
+        path = stack_file(args)
+        rendered = render(path)
+        replace_directory(args.out, {name: to_yaml(obj) for name, obj in rendered.files.items()}, keep=[path])
         print(summary(rendered, args.out))
         return EXIT_OK
 

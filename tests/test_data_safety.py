@@ -403,3 +403,57 @@ def test_repeated_renders_print_nothing_on_stderr(tmp_path: Path) -> None:
         )
         assert (result.returncode, result.stderr) == (0, ""), f"run {attempt}: {result.stderr}"
     assert yaml.safe_load((tmp_path / "o" / "namespace.hidden-gpu-system.yaml").read_text())["kind"] == "Namespace"
+
+
+# --- Render writes only into a directory it can prove it wrote (issue 21, item 7) ---
+
+
+def rendered_once(tmp_path: Path) -> tuple[Path, Path]:
+    stack_file = write_stack(tmp_path, valid_config())
+    out = tmp_path / "render"
+    assert render.main(["--stack-file", str(stack_file), "--out", str(out)]) == 0
+    return stack_file, out
+
+
+def test_a_copied_render_with_a_users_files_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`cp -a render/prod/. dir/` copies the marker too: it names the directory it was written for."""
+    stack_file, out = rendered_once(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.md").write_text("mine\n")
+    subprocess.run(["cp", "-a", f"{out}/.", str(mine)], check=True)
+    before = snapshot(mine)
+    assert render.main(["--stack-file", str(stack_file), "--out", str(mine)]) == EXIT_USAGE
+    assert snapshot(mine) == before
+    assert "was written for another directory (copied here?)" in capsys.readouterr().err
+
+
+def test_a_linked_marker_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack_file, out = rendered_once(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.md").write_text("mine\n")
+    (mine / ".hidden-gpu-output").hardlink_to(out / ".hidden-gpu-output")
+    assert render.main(["--stack-file", str(stack_file), "--out", str(mine)]) == EXIT_USAGE
+    assert (mine / "notes.md").exists() and "is a link, not the one hidden-gpu wrote" in capsys.readouterr().err
+
+
+def test_a_file_added_to_a_render_is_never_deleted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack_file, out = rendered_once(tmp_path)
+    (out / "review-notes.md").write_text("mine\n")
+    assert render.main(["--stack-file", str(stack_file), "--out", str(out)]) == EXIT_USAGE
+    assert (out / "review-notes.md").exists()
+    assert "holds files hidden-gpu did not write: review-notes.md" in capsys.readouterr().err
+
+
+def test_render_never_deletes_its_own_stack_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, out = rendered_once(tmp_path)
+    inside = write_stack(out, valid_config())
+    assert render.main(["--stack-file", str(inside), "--out", str(out)]) == EXIT_USAGE
+    assert inside.exists() and "holds files hidden-gpu did not write: Pulumi.case.yaml" in capsys.readouterr().err
+
+
+def test_a_moved_render_is_still_ours(tmp_path: Path) -> None:
+    stack_file, out = rendered_once(tmp_path)
+    moved = out.rename(tmp_path / "moved")
+    assert render.main(["--stack-file", str(stack_file), "--out", str(moved)]) == 0

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from offline import render
-from tests.support.stacks import REJECTIONS, Rejection, valid_config, write_stack
+from tests.support.stacks import REJECTIONS, Rejection, changed, valid_config, write_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,9 +60,11 @@ def test_rerender_replaces_stale_objects(tmp_path: Path) -> None:
     out = tmp_path / "out"
     stack_file = write_stack(tmp_path, valid_config())
     assert render.main(["--stack-file", str(stack_file), "--out", str(out)]) == 0
-    (out / "daemonset.old.yaml").write_text("stale")
+    stale = out / "resourcequota.ml-team.hidden-gpu-quota.yaml"
+    assert stale.exists()
+    write_stack(tmp_path, changed(lambda c: c.__setitem__("hidden-gpu:quotas", {})))
     assert render.main(["--stack-file", str(stack_file), "--out", str(out)]) == 0
-    assert not (out / "daemonset.old.yaml").exists()
+    assert not stale.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["Pulumi.case.yaml", "out"]  # no staging left
 
 
