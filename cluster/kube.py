@@ -42,7 +42,7 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
         else:
             path = str(Path(kubeconfig).expanduser()) if kubeconfig else None
             config.load_kube_config(config_file=path, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except (ConfigException, OSError, yaml.YAMLError, TypeError) as error:
+    except (ConfigException, OSError, yaml.YAMLError, TypeError, ValueError) as error:  # ValueError: not UTF-8
         raise UsageError(f"kubeconfig (context {context or 'current'}): {error}") from None
     configuration.retries = False  # the callers retry, with backoff and a deadline
     return client.ApiClient(configuration)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,36 @@ class UnavailableError(ToolError):
     exit_status = EXIT_UNAVAILABLE
 
 
+# What the machine refused, and what to do about it: the user's environment, never a bug (EXIT_INTERNAL).
+_OS_ERRORS: dict[int, tuple[int, str]] = {
+    errno.ENOSPC: (EXIT_UNAVAILABLE, "free some space, then run again"),
+    errno.EDQUOT: (EXIT_UNAVAILABLE, "free some space (disk quota), then run again"),
+    errno.EROFS: (EXIT_USAGE, "the file system is read-only: choose a writable path"),
+    errno.EACCES: (EXIT_USAGE, "permission denied: choose a path you may use, or run as a user who may"),
+    errno.EPERM: (EXIT_USAGE, "not permitted: choose a path you may use, or run as a user who may"),
+    errno.ENOENT: (EXIT_USAGE, "no such file or directory: create it, or give another path"),
+    errno.ENOTDIR: (EXIT_USAGE, "a part of the path is not a directory: give another path"),
+    errno.EISDIR: (EXIT_USAGE, "is a directory: give a file's path"),
+    errno.EEXIST: (EXIT_USAGE, "appeared while this ran (another run writing the same place?): run again"),
+    errno.ENOTEMPTY: (EXIT_USAGE, "changed while this ran (another run writing the same place?): run again"),
+    errno.EADDRINUSE: (EXIT_USAGE, "the port is in use: choose another, or stop what listens there"),
+    errno.EADDRNOTAVAIL: (EXIT_USAGE, "the address is not one of this machine's: choose another"),
+    errno.EMFILE: (EXIT_UNAVAILABLE, "too many open files: raise the limit (ulimit -n), then run again"),
+}
+
+
+def os_error(error: OSError) -> ToolError | None:
+    """The ToolError an OSError of the user's environment stands for, or None for one that is a bug."""
+    known = _OS_ERRORS.get(error.errno or -1)
+    if known is None:
+        return None
+    status, advice = known
+    where = f"{error.filename}: " if error.filename else ""
+    failure = ToolError(f"{where}{error.strerror or type(error).__name__}; {advice}")
+    failure.exit_status = status
+    return failure
+
+
 def bounded(text: str, limit: int = SHOWN_VALUE_CHARS) -> str:
     """At most `limit` characters of `text`, on one line: a bad value can be huge or multi-line."""
     flat = " ".join(text.split())
@@ -57,17 +88,19 @@ def print_errors(message: str) -> None:
 def error_path(debug: bool = False) -> Iterator[None]:
     """Every failure leaves as SystemExit with its own status and one line per problem on stderr.
 
-    A ToolError says what to fix; anything else is an internal error (EXIT_INTERNAL), named by
-    its type and a bounded message, with the traceback only under --debug.
+    A ToolError says what to fix, and so does an OSError of the user's environment (disk full, a
+    read-only or missing path, a port in use); anything else is an internal error (EXIT_INTERNAL),
+    named by its type and a bounded message, with the traceback only under --debug.
     """
     try:
         yield
-    except ToolError as error:
-        print_errors(str(error))
-        raise SystemExit(error.exit_status) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except Exception as error:
+        failure = error if isinstance(error, ToolError) else os_error(error) if isinstance(error, OSError) else None
+        if failure is not None:
+            print_errors(str(failure))
+            raise SystemExit(failure.exit_status) from None
         if debug:
             traceback.print_exc()
         hint = "" if debug else " (--debug shows where)"

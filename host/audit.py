@@ -20,13 +20,14 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from common.cli import EXIT_FINDING, EXIT_OK, UnavailableError, UsageError, parser, run
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, UnavailableError, UsageError, parser, run
 from common.names import Role
 from host.nvml import Gpu, gpu_processes, list_gpus, load_nvml, session
 from host.podresources.client import NodeDevices, SocketAbsentError
@@ -34,6 +35,8 @@ from host.podresources.client import read as read_pod_resources
 from host.stack import stack_node
 
 POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+# How often --watch looks up from a running scan for SIGTERM.
+STOP_POLL_SECONDS = 0.2
 # The kubelet names pod cgroups `pod<uid>` (cgroupfs) or `kubepods-<qos>-pod<uid_with_underscores>.slice`
 # (systemd); a static pod's UID is 32 hex digits without dashes (md5 of its manifest). The container's
 # cgroup is its 64-hex id, bare (cgroupfs) or wrapped by the runtime (`cri-containerd-<id>.scope`, ...).
@@ -119,11 +122,14 @@ class Report:
     gpus: list[dict[str, Any]] = field(default_factory=list)
     violations: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    # Sources that failed during the scan: it reports what the others show, and is not a clean scan.
+    failed_sources: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "node": self.node,
             "podResources": self.pod_resources,
+            "failedSources": self.failed_sources,
             "gpus": self.gpus,
             "violations": self.violations,
             "warnings": self.warnings,
@@ -141,8 +147,22 @@ class Sources:
 
 
 def check_proc_root(proc_root: Path) -> None:
-    if not ((proc_root / "self").exists() or (proc_root / "1" / "cgroup").exists()):
-        raise UsageError(f"--proc-root {proc_root}: not a proc tree (no self/ and no 1/cgroup)")
+    """A proc tree with live processes: a copy holding only self/ would report every process "exited"."""
+    try:
+        live = any(entry.name.isdigit() and (entry / "cgroup").exists() for entry in proc_root.iterdir())
+    except OSError:
+        live = False
+    if not live:
+        raise UsageError(f"--proc-root {proc_root}: not a proc tree with live processes (no <pid>/cgroup)")
+
+
+def check_log_root(log_root: Path) -> None:
+    """The kubelet's log root on a node: without its pods/ directory no pod could be named, and a pod on a
+    GPU it was not allocated would pass as "not found" rather than as the violation it is."""
+    if not (log_root / "pods").is_dir():
+        raise UsageError(
+            f"--log-root {log_root}: no pods/ directory (the kubelet's pod logs): give the host's /var/log"
+        )
 
 
 def audit(sources: Sources, node_name: str, roles: dict[str, Role]) -> Report:
@@ -157,7 +177,13 @@ def audit(sources: Sources, node_name: str, roles: dict[str, Role]) -> Report:
         kubelet = None
         report.pod_resources = f"absent: {error}; allocations not checked"
         report.warnings.append({"message": f"{error}: allocations not checked (not a node, or a wrong path?)"})
+    except UnavailableError as error:
+        # What the processes show still counts: a pod on a hidden GPU is a violation without the kubelet.
+        kubelet = None
+        report.pod_resources = f"failed: {error}; allocations not checked"
+        report.failed_sources.append(f"kubelet PodResources: {error}")
     if kubelet is not None:
+        check_log_root(sources.log_root)
         _check_allocatable(report, kubelet, roles, exposed)
     seen = Seen(exposed, kubelet, Names.read(sources.log_root))
     with session(sources.nvml):
@@ -267,7 +293,9 @@ def text(report: Report) -> str:
             place = f"GPU {finding['index']} pid {finding['pid']}: " if "pid" in finding else ""
             device = f"{finding['uuid']}: " if "uuid" in finding and "pid" not in finding else ""
             lines.append(f"{label} {place}{device}{finding['message']}{_who(finding)}")
-    lines.append(f"result: {len(report.violations)} violation(s), {len(report.warnings)} warning(s)")
+    lines += [f"FAILED    {source}" for source in report.failed_sources]
+    failed = f", {len(report.failed_sources)} failed source(s)" if report.failed_sources else ""
+    lines.append(f"result: {len(report.violations)} violation(s), {len(report.warnings)} warning(s){failed}")
     return "\n".join(lines)
 
 
@@ -298,6 +326,8 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
         if args.watch:
             from host.watch import Watcher  # noqa: PLC0415 - prometheus-client only for --watch
 
+            if args.textfile is not None and not args.textfile.parent.is_dir():
+                raise UsageError(f"--textfile {args.textfile}: no directory {args.textfile.parent}; create it first")
             stop = threading.Event()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: stop.set())
@@ -306,9 +336,18 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
             return EXIT_OK
         report = audit(sources, node.name, node.roles)
         print(json.dumps(report.as_json(), indent=2) if args.json else text(report))
-        return EXIT_FINDING if report.violations else EXIT_OK
+        if report.violations:
+            return EXIT_FINDING
+        return EXIT_UNAVAILABLE if report.failed_sources else EXIT_OK
 
     return run(command, args.debug)
+
+
+def _scan_once(scan: Callable[[], Report], outcome: list[tuple[Report | None, str | None]]) -> None:
+    try:
+        outcome.append((scan(), None))
+    except (UnavailableError, UsageError) as error:
+        outcome.append((None, str(error)))
 
 
 def scan_forever(
@@ -317,12 +356,25 @@ def scan_forever(
     stop: threading.Event,
     on_report: Callable[[Report | None, str | None], None],
 ) -> None:
-    """Scan until `stop` is set; an unavailable source is a failed scan, reported, not an exit."""
+    """Scan until `stop` is set; an unavailable source is a failed scan, reported, not an exit. Each scan
+    runs in a daemon thread, so a scan stuck in a driver call or a socket never holds up a SIGTERM for
+    longer than STOP_POLL_SECONDS; one that outlasts its interval is reported as failed meanwhile."""
     while not stop.is_set():
-        try:
-            on_report(scan(), None)
-        except (UnavailableError, UsageError) as error:
-            on_report(None, str(error))
+        outcome: list[tuple[Report | None, str | None]] = []
+        worker = threading.Thread(target=_scan_once, args=(scan, outcome), name="audit scan", daemon=True)
+        worker.start()
+        started, stuck = time.monotonic(), False
+        while worker.is_alive() and not stop.is_set():
+            worker.join(STOP_POLL_SECONDS)
+            if worker.is_alive() and not stuck and time.monotonic() - started > max(interval, STOP_POLL_SECONDS):
+                stuck = True
+                on_report(None, f"scan still running after {time.monotonic() - started:.0f} s")
+        if stop.is_set():
+            return
+        if outcome:  # an exception outside the two kinds above ends the thread without one: not a clean scan
+            on_report(*outcome[0])
+        else:
+            on_report(None, "scan failed unexpectedly")
         stop.wait(interval)
 
 

@@ -51,8 +51,11 @@ class Watcher:
             self.processes.clear()
             for gpu in report.gpus:
                 self.processes.labels(gpu["uuid"], "exposed" if gpu["exposed"] else "hidden").set(len(gpu["processes"]))
-            self.scan_ok.set(1)
-            self.last_success.set(time.time())
+            self.scan_ok.set(0 if report.failed_sources else 1)
+            if not report.failed_sources:
+                self.last_success.set(time.time())
+            for source in report.failed_sources:
+                print(f"error: scan incomplete: {source}", file=sys.stderr, flush=True)
         if self.textfile is not None:
             write_to_textfile(str(self.textfile), self.registry)
 

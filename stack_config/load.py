@@ -2,17 +2,20 @@
 
 A stack file is what reviewers approve, so the reader refuses anything that could make the program
 see other values than a reviewer reads: a key given twice (PyYAML would keep the last without a
-word; the Pulumi CLI refuses it), anchors, aliases and merge keys under `hidden-gpu:`, YAML 1.1
-spellings Pulumi reads differently (`yes`, `on`, dates), and input whose cost is unbounded (size,
-nesting, alias expansion). Every refusal is an InvalidConfigError naming the file, line and key.
+word; the Pulumi CLI refuses it), anchors, aliases and merge keys under `hidden-gpu:`, scalars the
+CLI's YAML 1.2 reads otherwise (`1:30`, `1e3`, `0o7`, dates), YAML types config cannot hold, and
+input whose cost is unbounded (size, nesting, alias expansion). Every refusal is an InvalidConfigError naming the file, line and key.
 """
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import json
 import math
+import os
 import re
+import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -43,8 +46,8 @@ NEAR_MISS = 0.8
 
 
 class _Pulumi12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 scalars, as the Pulumi CLI's gopkg.in/yaml.v3 reads them
-    into a config map: only true/false are booleans (`yes`, `on` stay strings) and dates stay strings."""
+    """PyYAML's safe loader with the CLI's booleans (gopkg.in/yaml.v3: only true/false; `yes`, `on` stay
+    strings) and no timestamps; scalars it still reads otherwise than the CLI are refused (cli_reading)."""
 
 
 _Pulumi12Loader.yaml_implicit_resolvers = {
@@ -67,10 +70,17 @@ def _file_error(path: Path, reason: str, line: int | None = None) -> InvalidConf
 
 def _text(path: Path) -> str:
     try:
-        with path.open("rb") as file:
-            data = file.read(MAX_FILE_BYTES + 1)
+        # Opened without blocking and judged before reading: a FIFO would wait for a writer forever.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as error:
         raise _file_error(path, f"cannot read stack file: {error.strerror or error}") from None
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise _file_error(path, "is not a regular file (a FIFO, device or directory?): give the stack file")
+        try:
+            data = file.read(MAX_FILE_BYTES + 1)
+        except OSError as error:
+            raise _file_error(path, f"cannot read stack file: {error.strerror or error}") from None
     if len(data) > MAX_FILE_BYTES:
         raise _file_error(path, f"larger than {MAX_FILE_BYTES // 1024} KiB: not a stack file")
     try:
@@ -279,6 +289,21 @@ def _scalar_problems(path: Path, root: yaml.Node, loader: yaml.SafeLoader) -> It
                 yield ConfigError((), reason, where=f"{path}:{node.start_mark.line + 1}")
 
 
+_YAML_KINDS = {bytes: "!!binary", set: "!!set", datetime.date: "!!timestamp", datetime.datetime: "!!timestamp"}
+
+
+def _foreign_values(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """Values the safe loader builds that JSON (how Pulumi hands config over) has no form for."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _foreign_values(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _foreign_values(item, f"{where}[{index}]")
+    elif type(value) in _YAML_KINDS:
+        yield where, _YAML_KINDS[type(value)]
+
+
 def read_stack_file(path: Path) -> dict[str, Any]:
     """The `config:` map of a Pulumi stack file, as written, or InvalidConfigError."""
     text = _text(path)
@@ -306,6 +331,12 @@ def read_stack_file(path: Path) -> dict[str, Any]:
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise _file_error(path, "has no 'config:' mapping")
+    foreign = list(_foreign_values(config, "config"))
+    if foreign:
+        reason = "is a YAML {} value, which Pulumi config does not hold: write it as a string, number or list"
+        raise InvalidConfigError(
+            [ConfigError((), reason.format(kind), where=f"{path}: {where}") for where, kind in foreign]
+        )
     bad_keys = [key for key in config if not isinstance(key, str)]
     if bad_keys:
         raise _file_error(path, f"config key {show(bad_keys[0])} is not a string: config keys are `namespace:name`")

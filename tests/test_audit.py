@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.cli import UnavailableError
+from common.cli import EXIT_FINDING, EXIT_UNAVAILABLE, EXIT_USAGE, UnavailableError
 from common.names import Role
 from host import audit
 from host.watch import Watcher
@@ -69,7 +69,10 @@ def test_host_processes_have_no_pod(layout: str) -> None:
 
 
 def proc_tree(root: Path, cgroups: dict[int, str | bytes]) -> Path:
+    """A host's /proc: self/, init (pid 1, as every live proc tree has) and the given processes."""
     (root / "proc" / "self").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "1").mkdir(exist_ok=True)
+    (root / "proc" / "1" / "cgroup").write_text(HOST_CGROUPS[next(iter(HOST_CGROUPS))])
     for pid, text in cgroups.items():
         (root / "proc" / str(pid)).mkdir(parents=True)
         cgroup = root / "proc" / str(pid) / "cgroup"
@@ -94,8 +97,8 @@ def stack_file(root: Path) -> Path:
     return path
 
 
-def run(root: Path, gpus: list[FakeGpu], capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
-    args = [
+def run_args(root: Path) -> list[str]:
+    return [
         "--stack-file",
         str(stack_file(root)),
         "--node",
@@ -106,9 +109,11 @@ def run(root: Path, gpus: list[FakeGpu], capsys: pytest.CaptureFixture[str], *ex
         str(root / "log"),
         "--pod-resources-socket",
         str(root / "kubelet.sock"),
-        *extra,
     ]
-    status = audit.main(args, nvml=fake_nvml(gpus))
+
+
+def run(root: Path, gpus: list[FakeGpu], capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+    status = audit.main([*run_args(root), *extra], nvml=fake_nvml(gpus))
     return status, capsys.readouterr().out
 
 
@@ -350,3 +355,72 @@ def test_a_scan_that_cannot_see_is_not_a_clean_scan(tmp_path: Path, unused_port:
     thread.join()
     text = (tmp_path / "m.prom").read_text()
     assert "hidden_gpu_audit_scan_ok 0.0" in text and "hidden_gpu_audit_violations" not in text.split("scan_ok")[1]
+
+
+# --- One source failing does not silence the others (issue 21, item 6) ---
+
+
+def test_a_proc_root_holding_only_self_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every process would read as "exited during the scan": a clean-looking report of nothing."""
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    status = audit.main(run_args(tmp_path), nvml=fake_nvml([FakeGpu(EXPOSED), FakeGpu(HIDDEN, compute=[(4242, 1)])]))
+    assert status == EXIT_USAGE
+    assert "not a proc tree with live processes" in capsys.readouterr().err
+
+
+def test_a_wrong_log_root_is_refused_not_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With names missing, a pod on a GPU allocated to another would pass as "pod not found"."""
+    kubelet = kubelet_node(tmp_path)
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        args = [*run_args(tmp_path)]
+        args[args.index("--log-root") + 1] = str(tmp_path / "not-var-log")
+        status = audit.main(args, nvml=fake_nvml([FakeGpu(EXPOSED, compute=[(100, 1)]), FakeGpu(HIDDEN)]))
+    assert status == EXIT_USAGE
+    assert "--log-root" in capsys.readouterr().err
+
+
+def test_a_failing_kubelet_still_reports_what_the_processes_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hung socket ends in the client's timeout: the audit says which source failed, keeps judging the
+    processes (a pod on a hidden GPU is still a violation) and does not pass as clean."""
+    proc_tree(tmp_path, {100: CGROUP_LAYOUTS["v2-systemd-containerd"]})
+
+    def hung(_socket: Path) -> None:
+        raise UnavailableError("the kubelet's PodResources API at kubelet.sock failed: StatusCode.DEADLINE_EXCEEDED")
+
+    monkeypatch.setattr(audit, "read_pod_resources", hung)
+    status, out = run(tmp_path, [FakeGpu(EXPOSED), FakeGpu(HIDDEN, compute=[(100, 1)])], capsys)
+    assert status == EXIT_FINDING and "a pod uses a hidden GPU" in out
+    assert "FAILED    kubelet PodResources: the kubelet's PodResources API" in out
+    status, out = run(tmp_path, [FakeGpu(EXPOSED), FakeGpu(HIDDEN)], capsys)
+    assert status == EXIT_UNAVAILABLE and out.strip().endswith("1 failed source(s)")
+
+
+def test_watch_stops_within_a_second_of_sigterm_even_mid_scan(tmp_path: Path) -> None:
+    """A scan stuck in a driver call: the signal handler only sets the event; the loop must notice."""
+    stuck = threading.Event()
+    reports: list[str | None] = []
+
+    def hanging() -> audit.Report:
+        stuck.set()
+        threading.Event().wait(600)
+        raise AssertionError("unreachable")
+
+    stop = threading.Event()
+    loop = threading.Thread(target=audit.scan_forever, args=(hanging, 0.3, stop, lambda _r, e: reports.append(e)))
+    loop.start()
+    assert stuck.wait(5)
+    time.sleep(0.6)  # past its interval: reported as failed meanwhile
+    stopped = time.monotonic()
+    stop.set()
+    loop.join(5)
+    assert not loop.is_alive() and time.monotonic() - stopped < 1.0
+    assert reports and reports[0] is not None and reports[0].startswith("scan still running after")
+
+
+def test_a_missing_textfile_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proc_tree(tmp_path, {})
+    args = [*run_args(tmp_path), "--watch", "--textfile", str(tmp_path / "no/such/m.prom")]
+    assert audit.main(args, nvml=fake_nvml([FakeGpu(EXPOSED)])) == EXIT_USAGE
+    assert "--textfile" in capsys.readouterr().err
