@@ -10,10 +10,18 @@ OUT ?= render/$(STACK)
 
 .PHONY: render test test-all e2e gpu-runtime-bin lint scan docs protos clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-host.txt constraints.txt
+# What rendering (and `pulumi up`) needs: requirements.txt only, so the first `make render` is quick.
+$(VENV)/.runtime: requirements.txt constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "hidden-gpu needs Python 3.11 or newer")'
+	@echo "make: setting up $(VENV) with what rendering needs (requirements.txt: about a minute the first time)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt -c constraints.txt
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt -c constraints.txt
+	touch $@
+
+# The tests' and linters' tools on top (requirements-dev.txt).
+$(VENV)/.installed: $(VENV)/.runtime requirements-dev.txt requirements-host.txt
+	@echo "make: adding the test and lint tools to $(VENV) (requirements-dev.txt: about two minutes the first time)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt -c constraints.txt
 	touch $@
 
 $(SCAN_VENV)/.installed: requirements-scan.txt constraints-scan.txt
@@ -21,7 +29,7 @@ $(SCAN_VENV)/.installed: requirements-scan.txt constraints-scan.txt
 	$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-scan.txt -c constraints-scan.txt
 	touch $@
 
-render: $(VENV)/.installed
+render: $(VENV)/.runtime
 	$(PY) -m offline.render --stack $(STACK) --out $(OUT)
 
 test: $(VENV)/.installed

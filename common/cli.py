@@ -20,8 +20,9 @@ EXIT_USAGE = 2  # bad arguments, an invalid stack file, an unusable directory or
 EXIT_UNAVAILABLE = 3  # what the tool reads cannot answer: NVML, the kubelet, the API server
 EXIT_INTERNAL = 4  # an unexpected error: a bug or an input nobody foresaw, never a result
 
-# Where `--stack NAME` looks: the project's stackConfigDir (Pulumi.yaml).
+# Where `--stack NAME` looks: the project's stackConfigDir (Pulumi.yaml), and how its files are named.
 STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+STACK_FILE_GLOB = "Pulumi.*.yaml"
 # Error messages quote at most this much of a bad value.
 SHOWN_VALUE_CHARS = 80
 
@@ -131,13 +132,18 @@ def add_stack_source(arguments: argparse.ArgumentParser) -> None:
     source.add_argument("--stack-file", type=Path, help="any Pulumi stack file")
 
 
+def stack_files(stacks_dir: Path = STACKS_DIR) -> list[Path]:
+    """The stack files of a stackConfigDir: the one list of this project's stacks (a new one is its file)."""
+    return sorted(stacks_dir.glob(STACK_FILE_GLOB))
+
+
 def stack_file(args: argparse.Namespace, stacks_dir: Path = STACKS_DIR) -> Path:
     """The stack file --stack or --stack-file names; where `pulumi stack select` looks for --stack."""
     if args.stack_file is not None:
         return Path(args.stack_file)
     path = stacks_dir / f"Pulumi.{args.stack}.yaml"
     if not path.is_file():
-        known = ", ".join(sorted(stack_name_of(p) for p in stacks_dir.glob("Pulumi.*.yaml")))
+        known = ", ".join(stack_name_of(p) for p in stack_files(stacks_dir))
         raise UsageError(f"--stack {args.stack}: no stack file {path.name} in {stacks_dir.name}/ (stacks: {known})")
     return path
 

@@ -6,7 +6,7 @@ Why each is needed:
 - the root resource, the run state, a run function and a synchronous await: Pulumi's own mocks run a program
   only inside `@pulumi.runtime.test`; the offline render runs `__main__.py` as `pulumi up` would,
   outside pytest, and reads the stack's exports.
-A Pulumi upgrade that changes any of them fails tests/test_sdk.py with the name of the symbol.
+A Pulumi upgrade that changes any of them fails tests/test_rooms.py with the name of the symbol.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class Group:
     cgo: bool = False
     """runc's nsenter and the toolkit's NVML binding are C: linked against this machine's glibc."""
     gpu_host: bool = False
-    """Carried to the GPU host (e2e/gpu_host_check.sh), not run by the real tier."""
+    """Carried to the GPU host (e2e/gpu_runtime_check.py), not run by the real tier."""
 
 
 K = "k8s.io/component-base/version"

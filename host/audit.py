@@ -20,8 +20,6 @@ import signal
 import socket
 import sys
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -32,11 +30,10 @@ from common.names import Role
 from host.nvml import Gpu, gpu_processes, list_gpus, load_nvml, session
 from host.podresources.client import NodeDevices, SocketAbsentError
 from host.podresources.client import read as read_pod_resources
+from host.report import Report
 from host.stack import stack_node
 
 POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
-# How often --watch looks up from a running scan for SIGTERM.
-STOP_POLL_SECONDS = 0.2
 # The kubelet names pod cgroups `pod<uid>` (cgroupfs) or `kubepods-<qos>-pod<uid_with_underscores>.slice`
 # (systemd); a static pod's UID is 32 hex digits without dashes (md5 of its manifest). The container's
 # cgroup is its 64-hex id, bare (cgroupfs) or wrapped by the runtime (`cri-containerd-<id>.scope`, ...).
@@ -113,27 +110,6 @@ def _entries(directory: Path) -> list[str]:
         return [entry.name for entry in directory.iterdir()]
     except OSError:
         return []
-
-
-@dataclass
-class Report:
-    node: str
-    pod_resources: str = "read"
-    gpus: list[dict[str, Any]] = field(default_factory=list)
-    violations: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[dict[str, Any]] = field(default_factory=list)
-    # Sources that failed during the scan: it reports what the others show, and is not a clean scan.
-    failed_sources: list[str] = field(default_factory=list)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "podResources": self.pod_resources,
-            "failedSources": self.failed_sources,
-            "gpus": self.gpus,
-            "violations": self.violations,
-            "warnings": self.warnings,
-        }
 
 
 @dataclass(frozen=True)
@@ -341,41 +317,6 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
         return EXIT_UNAVAILABLE if report.failed_sources else EXIT_OK
 
     return run(command, args.debug)
-
-
-def _scan_once(scan: Callable[[], Report], outcome: list[tuple[Report | None, str | None]]) -> None:
-    try:
-        outcome.append((scan(), None))
-    except (UnavailableError, UsageError) as error:
-        outcome.append((None, str(error)))
-
-
-def scan_forever(
-    scan: Callable[[], Report],
-    interval: float,
-    stop: threading.Event,
-    on_report: Callable[[Report | None, str | None], None],
-) -> None:
-    """Scan until `stop` is set; an unavailable source is a failed scan, reported, not an exit. Each scan
-    runs in a daemon thread, so a scan stuck in a driver call or a socket never holds up a SIGTERM for
-    longer than STOP_POLL_SECONDS; one that outlasts its interval is reported as failed meanwhile."""
-    while not stop.is_set():
-        outcome: list[tuple[Report | None, str | None]] = []
-        worker = threading.Thread(target=_scan_once, args=(scan, outcome), name="audit scan", daemon=True)
-        worker.start()
-        started, stuck = time.monotonic(), False
-        while worker.is_alive() and not stop.is_set():
-            worker.join(STOP_POLL_SECONDS)
-            if worker.is_alive() and not stuck and time.monotonic() - started > max(interval, STOP_POLL_SECONDS):
-                stuck = True
-                on_report(None, f"scan still running after {time.monotonic() - started:.0f} s")
-        if stop.is_set():
-            return
-        if outcome:  # an exception outside the two kinds above ends the thread without one: not a clean scan
-            on_report(*outcome[0])
-        else:
-            on_report(None, "scan failed unexpectedly")
-        stop.wait(interval)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,46 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, start_http_server, write_to_textfile
 
-from host.audit import Report, scan_forever
+from common.cli import UnavailableError, UsageError
+from host.report import Report
+
+# How often --watch looks up from a running scan for SIGTERM.
+STOP_POLL_SECONDS = 0.2
+
+
+def _scan_once(scan: Callable[[], Report], outcome: list[tuple[Report | None, str | None]]) -> None:
+    try:
+        outcome.append((scan(), None))
+    except (UnavailableError, UsageError) as error:
+        outcome.append((None, str(error)))
+
+
+def scan_forever(
+    scan: Callable[[], Report],
+    interval: float,
+    stop: threading.Event,
+    on_report: Callable[[Report | None, str | None], None],
+) -> None:
+    """Scan until `stop` is set; an unavailable source is a failed scan, reported, not an exit. Each scan
+    runs in a daemon thread, so a scan stuck in a driver call or a socket never holds up a SIGTERM for
+    longer than STOP_POLL_SECONDS; one that outlasts its interval is reported as failed meanwhile."""
+    while not stop.is_set():
+        outcome: list[tuple[Report | None, str | None]] = []
+        worker = threading.Thread(target=_scan_once, args=(scan, outcome), name="audit scan", daemon=True)
+        worker.start()
+        started, stuck = time.monotonic(), False
+        while worker.is_alive() and not stop.is_set():
+            worker.join(STOP_POLL_SECONDS)
+            if worker.is_alive() and not stuck and time.monotonic() - started > max(interval, STOP_POLL_SECONDS):
+                stuck = True
+                on_report(None, f"scan still running after {time.monotonic() - started:.0f} s")
+        if stop.is_set():
+            return
+        if outcome:  # an exception outside the two kinds above ends the thread without one: not a clean scan
+            on_report(*outcome[0])
+        else:
+            on_report(None, "scan failed unexpectedly")
+        stop.wait(interval)
 
 
 class Watcher:

@@ -67,7 +67,11 @@ CHECKED = {
 }
 
 
-SIMPLE: dict[Any, str] = {bool: "boolean", int: "integer", str: "string"}
+SIMPLE: dict[Any, str] = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def _choices(values: Any) -> str:
+    return " \\| ".join(f"`{value}`" for value in values)
 
 
 def _type_name(annotation: Any) -> str:
@@ -75,15 +79,23 @@ def _type_name(annotation: Any) -> str:
     if origin is typing.Annotated:
         checks = [CHECKED.get(getattr(getattr(m, "func", None), "__name__", "")) for m in annotation.__metadata__]
         return next((name for name in checks if name), _type_name(args[0]))
-    if origin is list:
-        return f"list of {_type_name(args[0])}"
-    if origin is dict:
-        return f"mapping {_type_name(args[0])} → {_type_name(args[1])}"
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in args if a is not type(None))
+    named = {
+        list: lambda: f"list of {_type_name(args[0])}",
+        dict: lambda: f"mapping {_type_name(args[0])} → {_type_name(args[1])}",
+        typing.Union: lambda: " or ".join(_type_name(a) for a in args if a is not type(None)),
+        types.UnionType: lambda: " or ".join(_type_name(a) for a in args if a is not type(None)),
+        typing.Literal: lambda: _choices(args),
+    }
+    if origin in named:
+        return named[origin]()
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return " \\| ".join(f"`{member.value}`" for member in annotation)
-    return SIMPLE.get(annotation, "mapping")
+        return _choices(member.value for member in annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "mapping"
+    if annotation in SIMPLE:
+        return SIMPLE[annotation]
+    # A new kind of annotation must be named here, not guessed: the reference would say something false.
+    raise TypeError(f"offline.config_reference cannot name the type {annotation!r}: add it to _type_name")
 
 
 def _default(field: FieldInfo) -> str:

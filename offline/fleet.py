@@ -1,30 +1,46 @@
-"""Check every stack file together: python -m offline.fleet [--stacks-dir stacks]
+"""Check every stack file together: python -m offline.fleet [--stacks-dir stacks] [--list [--only STACK]]
 
 A GPU UUID in at most one stack, a node of one cluster in at most one stack (stack_config/fleet.py
-says why). Exit 1 naming each conflict, 2 when a stack file is invalid.
+says why). Exit 1 naming each conflict, 2 when a stack file is invalid. With --list, and no conflict:
+the stacks as a JSON list in rollout order (`hidden-gpu:rolloutWave`, then name), which the workflows
+run over; --only narrows it to one stack, refusing a name no file has.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
-from common.cli import EXIT_FINDING, EXIT_OK, STACKS_DIR, parser, run
-from stack_config.fleet import conflicts, stack_files
+from common.cli import EXIT_FINDING, EXIT_OK, STACKS_DIR, UsageError, parser, run, stack_files
+from stack_config.fleet import conflicts, rollout_order
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = parser("python -m offline.fleet", __doc__)
     arguments.add_argument("--stacks-dir", type=Path, default=STACKS_DIR, help="default: the project's stacks/")
+    arguments.add_argument("--list", action="store_true", help="print the stacks as JSON, in rollout order")
+    arguments.add_argument("--only", help="with --list: only this stack")
     args = arguments.parse_args(argv)
 
     def command() -> int:
         files = stack_files(args.stacks_dir)
         found = conflicts(files)
         for conflict in found:
-            print(f"conflict: {conflict}")
-        print(f"{len(files)} stack files, {len(found)} conflict(s)")
-        return EXIT_FINDING if found else EXIT_OK
+            print(f"conflict: {conflict}", file=sys.stderr if args.list else sys.stdout)
+        if not args.list:
+            print(f"{len(files)} stack files, {len(found)} conflict(s)")
+        if found or not args.list:
+            return EXIT_FINDING if found else EXIT_OK
+        names = rollout_order(files)
+        if args.only:
+            if args.only not in names:
+                raise UsageError(
+                    f"--only {args.only}: no stack file Pulumi.{args.only}.yaml (stacks: {', '.join(names)})"
+                )
+            names = [args.only]
+        print(json.dumps(names))
+        return EXIT_OK
 
     return run(command, args.debug)
 

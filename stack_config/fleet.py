@@ -12,14 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.cli import stack_name_of
 from stack_config.load import KUBERNETES, parse_project_config, read_stack_file
 
-STACK_FILE_GLOB = "Pulumi.*.yaml"
 
-
-def stack_files(stacks_dir: Path) -> list[Path]:
-    """The stack files of a stackConfigDir, by name: the one list of this project's stacks."""
-    return sorted(stacks_dir.glob(STACK_FILE_GLOB))
+def rollout_order(paths: Iterable[Path]) -> list[str]:
+    """Stack names by `hidden-gpu:rolloutWave`, then name."""
+    waves = {stack_name_of(p): parse_project_config(read_stack_file(p)).rollout_wave for p in paths}
+    return sorted(waves, key=lambda name: (waves[name], name))
 
 
 @dataclass(frozen=True)

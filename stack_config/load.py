@@ -4,7 +4,8 @@ A stack file is what reviewers approve, so the reader refuses anything that coul
 see other values than a reviewer reads: a key given twice (PyYAML would keep the last without a
 word; the Pulumi CLI refuses it), anchors, aliases and merge keys under `hidden-gpu:`, scalars the
 CLI's YAML 1.2 reads otherwise (`1:30`, `1e3`, `0o7`, dates), YAML types config cannot hold, and
-input whose cost is unbounded (size, nesting, alias expansion). Every refusal is an InvalidConfigError naming the file, line and key.
+input whose cost is unbounded (size, nesting, alias expansion). Every refusal is an InvalidConfigError
+naming the file, line and key.
 """
 
 from __future__ import annotations

@@ -452,6 +452,10 @@ class StackConfig(_Model):
     """The access guard (admission policy)."""
     cluster_policy: ClusterPolicyConfig = ClusterPolicyConfig()
     """The opt-in ClusterPolicy patch."""
+    rollout_wave: Annotated[StrictInt, Field(ge=0)] = 0
+    """When `up` runs after a merge: stacks go in ascending waves, each only once the one before is up and
+    verified (dev 0, prod 2: a new environment picks its place without touching the others). Read by
+    `python -m offline.fleet --list`, which the up workflow runs; the program does not use it."""
 
     @property
     def exempt_namespaces(self) -> list[str]:

@@ -16,7 +16,8 @@ import yaml
 from common.cli import EXIT_FINDING, EXIT_UNAVAILABLE, EXIT_USAGE, UnavailableError
 from common.names import Role
 from host import audit
-from host.watch import Watcher
+from host.report import Report
+from host.watch import Watcher, scan_forever
 from tests.support.fake_kubelet import Kubelet, serve
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.stacks import CLUSTER
@@ -316,7 +317,7 @@ def test_watch_publishes_the_violation_gauge_as_it_moves(tmp_path: Path, unused_
     roles = {EXPOSED: Role.EXPOSED, HIDDEN: Role.HIDDEN}
     scans: list[int] = []
 
-    def scan() -> audit.Report:
+    def scan() -> Report:
         report = audit.audit(sources, "gpu-node-01", roles)
         scans.append(len(report.violations))
         return report
@@ -343,7 +344,7 @@ def test_watch_publishes_the_violation_gauge_as_it_moves(tmp_path: Path, unused_
 
 
 def test_a_scan_that_cannot_see_is_not_a_clean_scan(tmp_path: Path, unused_port: int) -> None:
-    def blind() -> audit.Report:
+    def blind() -> Report:
         raise UnavailableError("no NVIDIA driver here")
 
     watcher = Watcher(blind, 0.05, None, tmp_path / "m.prom", "127.0.0.1")
@@ -402,13 +403,13 @@ def test_watch_stops_within_a_second_of_sigterm_even_mid_scan(tmp_path: Path) ->
     stuck = threading.Event()
     reports: list[str | None] = []
 
-    def hanging() -> audit.Report:
+    def hanging() -> Report:
         stuck.set()
         threading.Event().wait(600)
         raise AssertionError("unreachable")
 
     stop = threading.Event()
-    loop = threading.Thread(target=audit.scan_forever, args=(hanging, 0.3, stop, lambda _r, e: reports.append(e)))
+    loop = threading.Thread(target=scan_forever, args=(hanging, 0.3, stop, lambda _r, e: reports.append(e)))
     loop.start()
     assert stuck.wait(5)
     time.sleep(0.6)  # past its interval: reported as failed meanwhile

@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 
 from cluster import verify
-from common.cli import EXIT_INTERNAL, EXIT_UNAVAILABLE, EXIT_USAGE, UnavailableError, UsageError, run
+from common.cli import (
+    EXIT_INTERNAL,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    UnavailableError,
+    UsageError,
+    run,
+    stack_files,
+    stack_name_of,
+)
 from host import audit, discover
 from offline import diff, render
 from tests.support.fake_nvml import FakeGpu, fake_nvml
@@ -102,6 +111,7 @@ def test_diff_of_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 def test_render_of_a_missing_stack(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert render.main(["--stack", "nope", "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    known = ", ".join(stack_name_of(p) for p in stack_files())
     assert capsys.readouterr().err.startswith(
-        "error: --stack nope: no stack file Pulumi.nope.yaml in stacks/ (stacks: dev, prod)"
+        f"error: --stack nope: no stack file Pulumi.nope.yaml in stacks/ (stacks: {known})"
     )

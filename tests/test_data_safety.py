@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from common.cli import EXIT_INTERNAL, EXIT_USAGE
+from common.cli import EXIT_INTERNAL, EXIT_USAGE, stack_files
 from common.names import DEFAULT_PLUGIN_NAMESPACE, Token
 from components.toolkit_settings import CLUSTER_POLICY_API, CLUSTER_POLICY_KIND
 from host import audit, discover
@@ -35,7 +35,7 @@ from tests.support.stacks import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-STACK_FILES = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
+STACK_FILES = stack_files()
 CLUSTER_POLICY = f"kubernetes:{CLUSTER_POLICY_API}:{CLUSTER_POLICY_KIND}"
 
 

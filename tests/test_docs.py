@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import re
 from pathlib import Path
 
@@ -63,3 +66,35 @@ def test_links_and_paths_resolve(doc: Path) -> None:
     ):
         if "<" not in path and "*" not in path:
             assert (ROOT / path).exists(), f"{doc.name}: {path}"
+
+
+COMMAND = re.compile(r"python3? -m ((?:offline|cluster|host|e2e)\.[a-z_]+)([^`#\n]*)")
+
+
+def _help(module: str) -> str:
+    """What `python -m module --help` prints: every flag the tool takes."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        importlib.import_module(module).main(["--help"])
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_flag_the_docs_show_exists(doc: Path) -> None:
+    """`python -m host.audit --stack-file ... --watch`: each --flag is one the tool's parser takes."""
+    helps: dict[str, str] = {}
+    for module, rest in COMMAND.findall(doc.read_text()):
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest):
+            text = helps.setdefault(module, _help(module))
+            assert re.search(rf"(?<![\w-]){flag}(?![\w-])", text), f"{doc.name}: python -m {module} {flag}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_make_target_the_docs_show_exists(doc: Path) -> None:
+    targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    for target in re.findall(r"`make ([a-z][\w-]*)", doc.read_text()):
+        assert target in targets, f"{doc.name}: make {target}"
+
+
+def test_the_flag_check_can_fail() -> None:
+    assert not re.search(r"(?<![\w-])--no-such-flag(?![\w-])", _help("offline.render"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, STACKS_DIR
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, stack_files
 from offline import fleet
 from tests.support.stacks import HIDDEN, changed, node, valid_config, write_stack
 
@@ -52,8 +52,17 @@ def test_the_same_node_name_in_two_clusters_is_fine(tmp_path: Path) -> None:
 
 
 def test_an_invalid_stack_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for path in STACKS_DIR.glob("Pulumi.*.yaml"):
+    for path in stack_files():
         shutil.copy(path, tmp_path)
     (tmp_path / "Pulumi.broken.yaml").write_text("config: [\n")
     assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_USAGE
     assert "Pulumi.broken.yaml" in capsys.readouterr().err
+
+
+def test_a_conflict_lists_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The workflows run over the list: a conflicting pair must stop them, not run."""
+    write_stack(tmp_path, valid_config(), "a")
+    write_stack(tmp_path, valid_config(), "b")
+    assert fleet.main(["--stacks-dir", str(tmp_path), "--list"]) == EXIT_FINDING
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("conflict: GPU ")

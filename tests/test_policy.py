@@ -10,6 +10,7 @@ import pytest
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
 
+from common.cli import stack_files
 from common.names import Token, runtime_class_name
 from offline import render
 from offline.program import Declared, run_program
@@ -23,7 +24,7 @@ from policy.rules import (
 )
 from tests.support.stacks import valid_config, with_mig
 
-STACK_FILES = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
+STACK_FILES = stack_files()
 OPTS = PolicyResourceOptions(
     protect=False,
     ignore_changes=[],

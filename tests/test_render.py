@@ -119,7 +119,7 @@ def test_invalid_config_through_the_real_command(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--stack", "staging"], "--stack staging: no stack file Pulumi.staging.yaml in stacks/ (stacks: dev, prod)"),
+        (["--stack", "no-such"], "--stack no-such: no stack file Pulumi.no-such.yaml in stacks/ (stacks: "),
         (["--stack-file", "/nonexistent/Pulumi.x.yaml"], "cannot read stack file"),
     ],
 )

@@ -148,3 +148,58 @@ def test_our_proto_states_the_kubelets_wire_format() -> None:
     for message, fields in numbers.items():
         descriptor = api_pb2.DESCRIPTOR.message_types_by_name[message]
         assert {f.name: f.number for f in descriptor.fields} == fields
+
+
+PRODUCT_ROOMS = ("common", "stack_config", "components", "offline", "cluster", "host", "policy")
+
+
+def _our_imports(path: Path) -> set[str]:
+    """The modules of this repository a file imports, at any depth of its code (lazy imports too)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return {name for name in found if name.split(".")[0] in (*PRODUCT_ROOMS, "tests", "e2e")}
+
+
+def _module_files() -> dict[str, Path]:
+    files = {}
+    for room in PRODUCT_ROOMS:
+        for path in (ROOT / room).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def test_product_code_never_imports_the_tests() -> None:
+    """The tests' fakes stay in tests/: a tool that needs one to run is a proof, and lives in e2e/."""
+    for module, path in _module_files().items():
+        leaked = sorted(name for name in _our_imports(path) if name.split(".")[0] in ("tests", "e2e"))
+        assert leaked == [], f"{module} imports {leaked}"
+
+
+def test_no_import_loops() -> None:
+    """Between modules of the product, counting imports inside functions and TYPE_CHECKING blocks too."""
+    files = _module_files()
+    graph = {
+        module: {name if name in files else name.rsplit(".", 1)[0] for name in _our_imports(path)}
+        & set(files) - {module}
+        for module, path in files.items()
+    }
+    done: set[str] = set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            cycle = [*trail[trail.index(module) :], module]
+            raise AssertionError("import loop: " + " -> ".join(cycle))
+        if module in done:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, [*trail, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

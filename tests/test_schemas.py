@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
+from common.cli import stack_files
 from offline import render
 
-STACK_FILES = sorted((Path(__file__).resolve().parent.parent / "stacks").glob("Pulumi.*.yaml"))
+STACK_FILES = stack_files()
 KUBERNETES_VERSIONS = ["1.30", "1.37"]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from offline import fleet
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
@@ -57,7 +60,8 @@ def test_preview_runs_tests_comments_the_render_diff_and_previews_every_stack() 
     assert list(workflow[True]) == ["pull_request"]  # YAML reads the key `on` as True
     render_job = workflow["jobs"]["test-and-render-diff"]
     assert {"run": "make test"} in render_job["steps"]
-    assert any(s.get("run") == ".venv/bin/python -m offline.fleet" for s in render_job["steps"])
+    listing = next(s for s in render_job["steps"] if s.get("id") == "stacks")
+    assert "python -m offline.fleet --list" in listing["run"]  # the conflicts checked, the stacks listed
     assert any("scripts/render_diff.sh" in str(s.get("run", "")) for s in render_job["steps"])
     preview = workflow["jobs"]["pulumi-preview"]
     assert preview["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.test-and-render-diff.outputs.stacks) }}"
@@ -123,23 +127,37 @@ def test_the_render_diff_comment_is_trimmed_to_githubs_limit() -> None:
     assert uploads and uploads[0]["with"] == {"name": "render-diff", "path": "render-diff.md"}
 
 
-def test_up_runs_prod_only_after_dev_is_up_and_verified() -> None:
+def test_up_runs_every_stack_one_at_a_time_in_rollout_order() -> None:
+    """The list comes from the stack files: a new environment needs no workflow edit."""
     workflow = load("up.yml")
     assert set(workflow[True]) == {"push", "workflow_dispatch"}
     assert workflow[True]["push"]["branches"] == ["main"]
+    assert workflow[True]["workflow_dispatch"]["inputs"]["stack"]["type"] == "string"  # no second list of names
     jobs = workflow["jobs"]
-    stacks = sorted(
-        p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in (ROOT / "stacks").glob("Pulumi.*.yaml")
-    )
-    assert sorted(j["with"]["stack"] for j in jobs.values() if "with" in j) == stacks  # every stack has its job
-    assert jobs["up-prod"]["needs"] == ["test", "up-dev"]
-    assert "needs.up-dev.result == 'success'" in jobs["up-prod"]["if"]
+    listing = next(s for s in jobs["test"]["steps"] if s.get("id") == "stacks")
+    assert 'python -m offline.fleet --list ${STACK:+--only "$STACK"}' in listing["run"]
+    up = jobs["up"]
+    assert up["strategy"] == {
+        "max-parallel": 1,
+        "fail-fast": True,
+        "matrix": {"stack": "${{ fromJSON(needs.test.outputs.stacks) }}"},
+    }
+    assert up["uses"] == "./.github/workflows/up-stack.yml" and up["with"]["stack"] == "${{ matrix.stack }}"
     up_stack = load("up-stack.yml")["jobs"]["up"]
     (step,) = pulumi_steps(load("up-stack.yml"), "up")
     assert step["with"]["command"] == "up" and step["with"]["refresh"] is True
     assert step["with"]["policyPacks"] == "policy"
     verify = up_stack["steps"][-1]
-    assert "python -m cluster.verify --stack" in verify["run"]  # a mismatch fails the job
+    assert "python -m cluster.verify --stack" in verify["run"]  # a mismatch fails the job, and the rest
+
+
+def test_the_listed_order_puts_dev_before_prod(capsys: pytest.CaptureFixture[str]) -> None:
+    assert fleet.main(["--list"]) == 0
+    names = json.loads(capsys.readouterr().out)
+    assert names.index("dev") < names.index("prod")
+    assert sorted(names) == sorted(
+        p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml")
+    )
 
 
 def test_the_policy_pack_needs_nothing_pulumi_does_not_install() -> None:

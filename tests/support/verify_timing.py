@@ -1,6 +1,6 @@
 """Time cluster.verify on a 1,000-node stack against the loopback API server the tests use.
 
-    .venv/bin/python scripts/verify_timing.py [--nodes 1000] [--repeat 3]
+    .venv/bin/python -m tests.support.verify_timing [--nodes 1000] [--repeat 3]
 
 Prints the median seconds and the API requests of one run (docs/performance.md).
 """

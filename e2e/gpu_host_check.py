@@ -1,18 +1,19 @@
 """Prove the host tools on a real NVIDIA GPU host; prints what the README's host-tools section reports.
 
-    python3 -m host.gpu_host_check [--runs 15] [--json-out NEW_FILE]
+    python3 -m e2e.gpu_host_check [--runs 15] [--json-out NEW_FILE]
 
 1. `host.discover --json` against `nvidia-smi --query-gpu=...`, field by field.
 2. Wall time (median of --runs) of `discover --json`, `nvidia-smi -L`, and a bare `python3 -c`
    that only initialises NVML and reads the same fields: discover should add at most 50 ms.
 3. `host.audit` seeing a real CUDA process (PyTorch) on GPU 0, with GPU 0 hidden, then exposed,
    then hidden with the process's cgroup shown as a pod's (a fixture /proc): a violation.
-Needs a GPU, nvidia-smi, nvidia-ml-py; PyTorch for the CUDA process; PyYAML and pydantic for audit.
+Needs a GPU, nvidia-smi, nvidia-ml-py; PyTorch for the CUDA process; PyYAML and pydantic for audit; the
+repository (it plays the kubelet with tests/support/fake_kubelet.py). A proof, not a host tool: it lives
+with the real tier. Without nvidia-smi or a GPU it says so in one line (exit 3).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -24,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common.cli import EXIT_FINDING, EXIT_OK, UnavailableError, UsageError, bounded, parser, run
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -200,31 +203,43 @@ def fake_pod_proc(workdir: Path, pid: int) -> Path:
     return root
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--json-out", type=Path)
-    args = parser.parse_args()
-    if args.json_out and args.json_out.exists():
-        parser.error(f"--json-out {args.json_out}: exists; measurements are never overwritten")
-    workdir = Path(tempfile.mkdtemp(prefix="gpu-host-check-"))
-    try:
-        report: dict[str, Any] = {
-            "python": sys.version.split()[0],
-            "nvidiaSmi": sh("nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader").stdout.strip(),
-            "comparison": compare_with_nvidia_smi(),
-            "timingsMs": timings(args.runs),
-            "audit": audit_real_process(workdir) if os.environ.get("SKIP_AUDIT") != "1" else None,
-        }
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json_out:
-        # A new file only: a measurement never overwrites an earlier one.
-        with args.json_out.open("x", encoding="utf-8") as out:
-            out.write(text)
-    return 1 if report["comparison"]["mismatches"] else 0
+def main(argv: list[str] | None = None) -> int:
+    arguments = parser("python3 -m e2e.gpu_host_check", __doc__)
+    arguments.add_argument("--runs", type=int, default=15, help="timed runs per command (the median is kept)")
+    arguments.add_argument("--json-out", type=Path, help="also write the report to this new file")
+    args = arguments.parse_args(argv)
+
+    def command() -> int:
+        if args.json_out and args.json_out.exists():
+            raise UsageError(f"--json-out {args.json_out}: exists; measurements are never overwritten")
+        if shutil.which("nvidia-smi") is None:
+            raise UnavailableError("no nvidia-smi here: run this on a GPU host (docs/testing.md)")
+        workdir = Path(tempfile.mkdtemp(prefix="gpu-host-check-"))
+        try:
+            report: dict[str, Any] = {
+                "python": sys.version.split()[0],
+                "nvidiaSmi": sh(
+                    "nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"
+                ).stdout.strip(),
+                "comparison": compare_with_nvidia_smi(),
+                "timingsMs": timings(args.runs),
+                "audit": audit_real_process(workdir) if os.environ.get("SKIP_AUDIT") != "1" else None,
+            }
+        except subprocess.CalledProcessError as error:
+            raise UnavailableError(
+                f"{' '.join(map(str, error.cmd))[:80]} failed ({error.returncode}): {bounded(error.stderr or '')}"
+            ) from None
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        text = json.dumps(report, indent=2)
+        print(text)
+        if args.json_out:
+            # A new file only: a measurement never overwrites an earlier one.
+            with args.json_out.open("x", encoding="utf-8") as out:
+                out.write(text)
+        return EXIT_FINDING if report["comparison"]["mismatches"] else EXIT_OK
+
+    return run(command, args.debug)
 
 
 if __name__ == "__main__":
