@@ -125,9 +125,9 @@ def parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return result
 
 
-def add_stack_source(arguments: argparse.ArgumentParser) -> None:
-    """--stack NAME (stacks/Pulumi.<NAME>.yaml) or --stack-file PATH, one of them required."""
-    source = arguments.add_mutually_exclusive_group(required=True)
+def add_stack_source(arguments: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--stack NAME (stacks/Pulumi.<NAME>.yaml) or --stack-file PATH: how every tool names a stack."""
+    source = arguments.add_mutually_exclusive_group(required=required)
     source.add_argument("--stack", help="stack name: reads stacks/Pulumi.<stack>.yaml")
     source.add_argument("--stack-file", type=Path, help="any Pulumi stack file")
 

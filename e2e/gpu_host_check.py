@@ -124,7 +124,7 @@ def audit_real_process(workdir: Path) -> dict[str, Any]:
             ("gpu0-hidden-process-in-a-pod", "", str(fake_pod_proc(workdir, holder.pid))),
         ):
             stack = stack_from_discover(workdir / f"Pulumi.{label}.yaml", exposed_indices, node)
-            check = sh(PY, "-m", "host.discover", "--check", str(stack), "--node", node, check=False)
+            check = sh(PY, "-m", "host.discover", "--check", "--stack-file", str(stack), "--node", node, check=False)
             audit = run_audit(stack, node, "--proc-root", proc_root, "--json")
             report: dict[str, Any] = json.loads(audit.stdout) if audit.stdout else {"stderr": audit.stderr}
             results[label] = {

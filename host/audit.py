@@ -1,6 +1,6 @@
 """Who uses which GPU on this host, and does any pod reach a GPU the kubelet did not give it?
 
-    python -m host.audit --stack-file stacks/Pulumi.prod.yaml --node gpu-node-01 [--json]
+    python -m host.audit --stack prod --node gpu-node-01 [--json]      # or --stack-file PATH
         [--proc-root /proc] [--log-root /var/log] [--pod-resources-socket PATH]
         [--watch --interval 60 [--metrics-port 9835] [--textfile DIR/hidden_gpu.prom]]
 
@@ -25,7 +25,17 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, UnavailableError, UsageError, parser, run
+from common.cli import (
+    EXIT_FINDING,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    UnavailableError,
+    UsageError,
+    add_stack_source,
+    parser,
+    run,
+    stack_file,
+)
 from common.names import Role
 from host.nvml import Gpu, gpu_processes, list_gpus, load_nvml, session
 from host.podresources.client import NodeDevices, SocketAbsentError
@@ -277,7 +287,7 @@ def text(report: Report) -> str:
 
 def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
     arguments = parser("python -m host.audit", __doc__)
-    arguments.add_argument("--stack-file", type=Path, required=True, help="the stack that lists this node")
+    add_stack_source(arguments)
     arguments.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
     arguments.add_argument("--proc-root", type=Path, default=Path("/proc"), help="the host's /proc, e.g. /host/proc")
     arguments.add_argument("--log-root", type=Path, default=Path("/var/log"), help="the host's /var/log (kubelet logs)")
@@ -295,7 +305,7 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
     args = arguments.parse_args(argv)
 
     def command() -> int:
-        node = stack_node(args.stack_file, args.node)
+        node = stack_node(stack_file(args), args.node)
         sources = Sources(
             nvml if nvml is not None else load_nvml(), args.proc_root, args.log_root, args.pod_resources_socket
         )

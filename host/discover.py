@@ -3,7 +3,7 @@
     python -m host.discover                 # table: index, UUID, name, PCI bus, memory, MIG
     python -m host.discover --json
     python -m host.discover --expose 0,3 [--node NAME]
-    python -m host.discover --check stacks/Pulumi.prod.yaml [--node NAME]
+    python -m host.discover --check --stack prod [--node NAME]     # or --stack-file PATH
 
 Runs on the GPU host with only nvidia-ml-py; --check also reads the stack file (PyYAML, pydantic).
 """
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from common.cli import EXIT_FINDING, EXIT_OK, UsageError, format_table, parser, run
+from common.cli import EXIT_FINDING, EXIT_OK, UsageError, add_stack_source, format_table, parser, run, stack_file
 from host.nvml import Gpu, list_gpus, load_nvml, session
 from host.stack import stack_node
 
@@ -100,9 +100,14 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
     mode = arguments.add_mutually_exclusive_group()
     mode.add_argument("--json", action="store_true", help="print the GPUs as JSON")
     mode.add_argument("--expose", metavar="INDICES", help="comma-separated indices to expose, e.g. 0,3")
-    mode.add_argument("--check", metavar="STACKFILE", type=Path, help="check a stack file against this host")
+    mode.add_argument(
+        "--check", action="store_true", help="check the stack (--stack or --stack-file) against this host"
+    )
+    add_stack_source(arguments, required=False)
     arguments.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
     args = arguments.parse_args(argv)
+    if args.check != (args.stack is not None or args.stack_file is not None):
+        arguments.error("--check needs --stack or --stack-file, and they need --check")
 
     def command() -> int:
         module = nvml if nvml is not None else load_nvml()
@@ -112,8 +117,8 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
             print(json.dumps([gpu.as_json() for gpu in gpus], indent=2))
         elif args.expose is not None:
             print(stack_entry(args.node, gpus, parse_indices(args.expose, gpus)))
-        elif args.check is not None:
-            report, ok = check(args.check, args.node, gpus)
+        elif args.check:
+            report, ok = check(stack_file(args), args.node, gpus)
             print(report)
             return EXIT_OK if ok else EXIT_FINDING
         else:

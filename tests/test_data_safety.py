@@ -119,7 +119,7 @@ def test_duplicate_key_refused_by_render(tmp_path: Path, capsys: pytest.CaptureF
 def test_duplicate_key_refused_by_discover(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = duplicate_stack(tmp_path)
     nvml = fake_nvml([FakeGpu(EXPOSED), FakeGpu(HIDDEN[0])])
-    status = discover.main(["--check", str(path), "--node", "gpu-node-01"], nvml=nvml)
+    status = discover.main(["--check", "--stack-file", str(path), "--node", "gpu-node-01"], nvml=nvml)
     expect_both_lines(status, capsys.readouterr().err, path)
 
 

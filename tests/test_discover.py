@@ -87,14 +87,14 @@ def node_stack(tmp_path: Path, exposed: list[str], hidden: list[str]) -> Path:
 
 def test_check_passes_when_every_gpu_is_accounted_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stack = node_stack(tmp_path, [UUIDS[0]], UUIDS[1:])
-    status, out, _ = run(["--check", str(stack), "--node", "gpu-node-07"], capsys)
+    status, out, _ = run(["--check", "--stack-file", str(stack), "--node", "gpu-node-07"], capsys)
     assert status == 0 and out.strip().endswith("result: every GPU accounted for")
 
 
 def test_check_reports_unlisted_and_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stranger = "GPU-99999999-1111-4222-8333-444455556666"
     stack = node_stack(tmp_path, [UUIDS[0]], [UUIDS[1], stranger])
-    status, out, _ = run(["--check", str(stack), "--node", "gpu-node-07"], capsys)
+    status, out, _ = run(["--check", "--stack-file", str(stack), "--node", "gpu-node-07"], capsys)
     assert status == 1
     assert f"UNLISTED  {UUIDS[2]}  index 2" in out and f"UNLISTED  {UUIDS[3]}  index 3" in out
     assert f"MISSING   {stranger}: hidden in the stack, not on this host" in out
@@ -102,12 +102,14 @@ def test_check_reports_unlisted_and_missing(tmp_path: Path, capsys: pytest.Captu
 
 
 def test_check_unknown_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run(["--check", str(node_stack(tmp_path, [], UUIDS)), "--node", "other"], capsys)
+    status, _, err = run(["--check", "--stack-file", str(node_stack(tmp_path, [], UUIDS)), "--node", "other"], capsys)
     assert status == 2 and "--node other: not in" in err and "(nodes: gpu-node-07)" in err
 
 
 def test_check_invalid_stack_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run(["--check", str(node_stack(tmp_path, ["0"], [])), "--node", "gpu-node-07"], capsys)
+    status, _, err = run(
+        ["--check", "--stack-file", str(node_stack(tmp_path, ["0"], [])), "--node", "gpu-node-07"], capsys
+    )
     assert status == 2 and err.startswith("error: hidden-gpu:nodes[0].exposedGpus[0]") and err.count("\n") == 1
 
 
