@@ -62,6 +62,8 @@ class ConfigError:
 
     def __str__(self) -> str:
         place = self.where if self.where is not None else key_path(self.loc)
+        if self.where is not None and self.loc:  # a file's line and the key on it
+            place = f"{self.where}: {key_path(self.loc)}"
         if self.value is _MISSING:
             return f"{place}: {self.reason}"
         return f"{place} = {show(self.value)}: {self.reason}"

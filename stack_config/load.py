@@ -10,6 +10,8 @@ naming the file, line and key.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import datetime
 import difflib
 import json
@@ -305,6 +307,83 @@ def _foreign_values(value: Any, where: str) -> Iterator[tuple[str, str]]:
         yield where, _YAML_KINDS[type(value)]
 
 
+class StackFileConfig(dict[str, Any]):
+    """A stack file's `config:` map, knowing the file and the line of every key, so that every problem
+    parse_project_config finds in it names file and line as well as key and value."""
+
+    def __init__(self, config: dict[str, Any], path: Path, lines: dict[Loc, int], key_lines: dict[str, int]) -> None:
+        super().__init__(config)
+        self.path, self.lines, self.key_lines = path, lines, key_lines
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        """A copy is a plain config map: once changed it no longer says what the file says."""
+        return copy.deepcopy(dict(self), memo)
+
+    def locate(self, error: ConfigError) -> ConfigError:
+        """The error at the line of its key (or of the nearest enclosing key the file has)."""
+        if error.where is None and error.loc:
+            for end in range(len(error.loc), 0, -1):
+                line = self.lines.get(error.loc[:end])
+                if line is not None:
+                    return dataclasses.replace(error, where=f"{self.path}:{line}")
+            return dataclasses.replace(error, where=str(self.path))  # a key the file lacks altogether
+        if error.where in self.key_lines and not error.loc:
+            return dataclasses.replace(error, where=f"{self.path}:{self.key_lines[error.where]}: {error.where}")
+        return error
+
+
+def _lines(root: yaml.Node) -> tuple[dict[Loc, int], dict[str, int]]:
+    """Line of every key under `hidden-gpu:` (by its path below the prefix) and of every top-level key."""
+    lines: dict[Loc, int] = {}
+    key_lines: dict[str, int] = {}
+    config = _config_node(root)
+
+    def walk(node: yaml.Node, loc: Loc) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                lines.setdefault((*loc, _key_text(key)), key.start_mark.line + 1)
+                walk(value, (*loc, _key_text(key)))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                lines.setdefault((*loc, index), item.start_mark.line + 1)
+                walk(item, (*loc, index))
+
+    for key, value in config.value if config is not None else []:
+        full = _namespaced(_key_text(key))
+        key_lines.setdefault(full, key.start_mark.line + 1)
+        if full.startswith(PREFIX):
+            name = full[len(PREFIX) :]
+            lines.setdefault((name,), key.start_mark.line + 1)
+            walk(value, (name,))
+    return lines, key_lines
+
+
+# The parser's words for the usual slips, and ours.
+_YAML_SLIPS = (
+    ("expected <block end>", "a line is indented differently from the keys around it"),
+    (
+        "mapping values are not allowed here",
+        "a ': ' where no key can start: quote a value that holds ': ', or fix the indentation",
+    ),
+    ("could not find expected ':'", "a key without its ':', or a value running onto the next line (quote it)"),
+    (
+        "cannot start any token",
+        "a tab or a reserved character (`@`, backquote) starts a value: YAML indents with spaces; quote the value",
+    ),
+    ("found unexpected end of stream", "a quote or bracket is never closed"),
+    ("expected ',' or ']'", "a [list] is not closed, or an item in it needs quotes"),
+    ("expected ',' or '}'", "a {mapping} is not closed, or a value in it needs quotes"),
+    ("found undefined alias", "a *name with no &name before it: write the value out"),
+    ("expected a single document", "more than one document (---): a stack file is one"),
+)
+
+
+def _in_our_words(error: yaml.MarkedYAMLError) -> str:
+    said = " ".join(str(part) for part in (error.context, error.problem) if part)
+    ours = next((text for words, text in _YAML_SLIPS if words in said), None)
+    return f"{ours} (YAML: {bounded(said, 120)})" if ours else bounded(said, 200)
+
+
 def read_stack_file(path: Path) -> dict[str, Any]:
     """The `config:` map of a Pulumi stack file, as written, or InvalidConfigError."""
     text = _text(path)
@@ -321,12 +400,13 @@ def read_stack_file(path: Path) -> dict[str, Any]:
             if ambiguous:
                 raise InvalidConfigError(ambiguous)
             document = loader.construct_document(root)
+            lines, key_lines = _lines(root)
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark is not None else None
-        raise _file_error(path, f"not valid YAML: {bounded(str(error.problem or error.context), 200)}", line) from None
+        raise _file_error(path, f"not valid YAML: {_in_our_words(error)}", line) from None
     except yaml.YAMLError as error:  # e.g. a ReaderError: a character YAML does not allow
         raise _file_error(path, f"not valid YAML: {bounded(str(error), 200)}") from None
     config = document.get("config") if isinstance(document, dict) else None
@@ -346,7 +426,7 @@ def read_stack_file(path: Path) -> dict[str, Any]:
         if _namespaced(key) in named:
             raise _file_error(path, f"config keys '{key}' and '{_namespaced(key)}' name the same key; keep one")
         named[_namespaced(key)] = value
-    return named
+    return StackFileConfig(named, path, lines, key_lines)
 
 
 def imported_environments(path: Path) -> list[str]:
@@ -362,8 +442,17 @@ def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
     """Validate the `hidden-gpu:*` entries of a full config map; other namespaces pass through.
 
     Values may be Python objects (from a stack file) or the JSON strings Pulumi hands a program
-    for structured config.
+    for structured config. Problems in a map read_stack_file returned name the file and line too.
     """
+    try:
+        return _parse(config)
+    except InvalidConfigError as error:
+        if not isinstance(config, StackFileConfig):
+            raise
+        raise InvalidConfigError([config.locate(each) for each in error.errors]) from None
+
+
+def _parse(config: Mapping[str, Any]) -> StackConfig:
     own = {key[len(PREFIX) :]: _decode(value) for key, value in config.items() if key.startswith(PREFIX)}
     secrets = [loc for key, value in own.items() for loc in _secrets(value, (key,))]
     if secrets:

@@ -100,8 +100,9 @@ def test_verify_prints_every_config_problem(tmp_path: Path, capsys: pytest.Captu
     config = changed(two_mistakes)
     assert verify.main(["--stack-file", str(write_stack(tmp_path, config))]) == EXIT_USAGE
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("error: hidden-gpu:nodes[0].exposedGpus[0]")
-    assert lines[1].startswith("error: hidden-gpu:nodes[1].name")
+    where = tmp_path / "Pulumi.case.yaml"
+    assert len(lines) == 2 and lines[0].startswith(f"error: {where}:8: hidden-gpu:nodes[0].exposedGpus[0] = 0")
+    assert lines[1].startswith(f"error: {where}:12: hidden-gpu:nodes[1].name")
 
 
 def test_diff_of_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -291,7 +291,7 @@ def test_namespaces_the_cluster_owns_are_never_created(
     config = changed(lambda c: c["hidden-gpu:devicePlugin"].update({"namespace": namespace}))
     assert render.main(["--stack-file", str(write_stack(tmp_path, config)), "--out", str(tmp_path / "o")]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith(
-        f"error: hidden-gpu:devicePlugin.createNamespace = true: namespace {namespace}"
+        f"error: {tmp_path / 'Pulumi.case.yaml'}:19: hidden-gpu:devicePlugin.createNamespace = true: namespace {namespace}"
     )
     reused = changed(lambda c: c["hidden-gpu:devicePlugin"].update({"namespace": namespace, "createNamespace": False}))
     assert only(run_program(reused, "test").of_type(Token.DAEMONSET)).inputs["metadata"]["namespace"] == namespace

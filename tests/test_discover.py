@@ -110,7 +110,7 @@ def test_check_invalid_stack_is_one_line(tmp_path: Path, capsys: pytest.CaptureF
     status, _, err = run(
         ["--check", "--stack-file", str(node_stack(tmp_path, ["0"], [])), "--node", "gpu-node-07"], capsys
     )
-    assert status == 2 and err.startswith("error: hidden-gpu:nodes[0].exposedGpus[0]") and err.count("\n") == 1
+    assert status == 2 and "Pulumi.case.yaml:8: hidden-gpu:nodes[0].exposedGpus[0] = " in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(

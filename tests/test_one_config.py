@@ -117,3 +117,24 @@ def test_render_names_the_esc_environments_it_cannot_read(tmp_path: Path, capsys
         "warning: the stack imports ESC environments (platform/kube-credentials) that this render cannot read; "
         "`pulumi up` refuses any hidden-gpu: value they add"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "ours"),
+    [
+        ("config:\n  hidden-gpu:nodes:\n    - name: a\n   exposedGpus: []\n", 4, "a line is indented differently"),
+        ("config:\n  a: b: c\n", 2, "quote a value that holds ': '"),
+        ("config:\n\t a: 1\n", 2, "YAML indents with spaces"),
+        ('config:\n  a: "x\n', 3, "a quote or bracket is never closed"),
+        ("config:\n  a: [1, 2\n", 3, "a [list] is not closed"),
+    ],
+    ids=["indentation", "colon-in-value", "tab", "open-quote", "open-list"],
+)
+def test_yaml_slips_are_explained_in_our_words(
+    text: str, line: int, ours: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "Pulumi.s.yaml"
+    path.write_text(text)
+    assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "o")]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:{line}: not valid YAML: ") and ours in err and err.count("\n") == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,9 +83,20 @@ def test_invalid_config_exits_2_and_writes_nothing(
     case: Rejection, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    assert render.main(["--stack-file", str(write_stack(tmp_path, case.config)), "--out", str(out)]) == 2
+    path = write_stack(tmp_path, case.config)
+    assert render.main(["--stack-file", str(path), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"error: {case.key}"), err
+    assert err.count("\n") == 1 and err.startswith(f"error: {path}:"), err
+    found = re.match(rf"error: {re.escape(str(path))}:(\d+): ", err)
+    if found is None:  # a required key the file lacks altogether: the file, no line
+        assert err.startswith(f"error: {path}: {case.key}: required key is missing"), err
+    else:
+        assert err[found.end() :].startswith(case.key), err
+        # The line named holds the key (its name, or a list item's dash), or the nearest key around it
+        # that the file has (a missing key's mapping, a rule across a section's keys).
+        text = path.read_text().splitlines()[int(found.group(1)) - 1]
+        parts = [p for p in re.split(r"[.\[\]: ]", case.key) if p and not p.isdigit()]
+        assert text.lstrip().startswith("-") or any(f"{p}:" in text for p in parts), (text, err)
     assert case.reason in err
     assert not out.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["Pulumi.case.yaml"]
@@ -111,7 +123,9 @@ def test_invalid_config_through_the_real_command(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert result.stderr.startswith(f"error: {case.key} = 0: a GPU index, not a UUID")
+    assert result.stderr.startswith(
+        f"error: {tmp_path / 'Pulumi.case.yaml'}:8: {case.key} = 0: a GPU index, not a UUID"
+    )
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert not out.exists()
 
