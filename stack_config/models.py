@@ -8,6 +8,7 @@ offline render and the host tools all accept and reject exactly the same stacks.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from collections.abc import Iterable, Iterator
 from typing import Annotated, Any, Literal
 
@@ -312,13 +313,49 @@ class ResourceAmounts(_Model):
     """Memory, e.g. `64Mi`."""
 
 
-class PluginResources(_Model):
-    """The plugin container's requests and limits (the Helm chart's `resources`)."""
+# Kubernetes quantity suffixes (apimachinery resource.Quantity): binary powers of 1024, decimal powers of 1000.
+_QUANTITY_SCALE = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_QUANTITY_SCALE |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+PLUGIN_DEFAULT_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
 
-    requests: ResourceAmounts = ResourceAmounts(cpu="50m", memory="64Mi")
+
+def quantity_value(text: str) -> Decimal:
+    """The amount a quantity QUANTITY accepts stands for: `500m` is 0.5, `64Mi` is 67108864."""
+    number = re.match(r"[0-9.]+", text)
+    assert number is not None  # QUANTITY checked it
+    return Decimal(number.group()) * _QUANTITY_SCALE[text[number.end() :]]
+
+
+class PluginResources(_Model):
+    """The plugin container's requests and limits (the Helm chart's `resources`). A partial override keeps
+    the defaults of what it does not name (`limits: {memory: 512Mi}` keeps the CPU limit)."""
+
+    requests: ResourceAmounts = ResourceAmounts.model_validate(PLUGIN_DEFAULT_RESOURCES["requests"])
     """What keeps the plugin placeable on a busy node."""
-    limits: ResourceAmounts = ResourceAmounts(cpu="500m", memory="256Mi")
+    limits: ResourceAmounts = ResourceAmounts.model_validate(PLUGIN_DEFAULT_RESOURCES["limits"])
     """What bounds a leak."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_under_overrides(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {
+            key: {**PLUGIN_DEFAULT_RESOURCES[key], **value}
+            if key in PLUGIN_DEFAULT_RESOURCES and isinstance(value, dict)
+            else value
+            for key, value in data.items()
+        }
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> PluginResources:
+        # The API server refuses a container whose request exceeds its limit: say so offline, not at `up`.
+        _raise_any(
+            (("requests", kind), getattr(self.requests, kind), f"above its limit {getattr(self.limits, kind)}")
+            for kind in ("cpu", "memory")
+            if quantity_value(getattr(self.requests, kind)) > quantity_value(getattr(self.limits, kind))
+        )
+        return self
 
 
 class Toleration(_Model):

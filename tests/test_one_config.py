@@ -138,3 +138,21 @@ def test_yaml_slips_are_explained_in_our_words(
     assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "o")]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}:{line}: not valid YAML: ") and ours in err and err.count("\n") == 1
+
+
+def test_a_request_above_its_limit_is_refused_offline() -> None:
+    """The API server would refuse the DaemonSet at `up`; the stack file is where to say so."""
+    config = valid_config() | {"hidden-gpu:devicePlugin": {"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}}
+    with pytest.raises(InvalidConfigError) as refused:
+        parse_project_config(config)
+    assert str(refused.value).splitlines() == [
+        'hidden-gpu:devicePlugin.resources.requests.cpu = "2": above its limit 500m',
+        'hidden-gpu:devicePlugin.resources.requests.memory = "1Gi": above its limit 256Mi',
+    ]
+
+
+def test_a_partial_override_keeps_the_other_defaults() -> None:
+    config = valid_config() | {"hidden-gpu:devicePlugin": {"resources": {"limits": {"memory": "1Gi"}}}}
+    resources = parse_project_config(config).device_plugin.resources
+    assert (resources.limits.cpu, resources.limits.memory) == ("500m", "1Gi")
+    assert (resources.requests.cpu, resources.requests.memory) == ("50m", "64Mi")
