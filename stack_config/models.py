@@ -8,8 +8,8 @@ offline render and the host tools all accept and reject exactly the same stacks.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from collections.abc import Iterable, Iterator
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, model_validator
