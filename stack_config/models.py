@@ -314,8 +314,9 @@ class ResourceAmounts(_Model):
 
 
 # Kubernetes quantity suffixes (apimachinery resource.Quantity): binary powers of 1024, decimal powers of 1000.
-_QUANTITY_SCALE = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-_QUANTITY_SCALE |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_QUANTITY_SCALE: dict[str, Decimal] = {"": Decimal(1), "m": Decimal("0.001")}
+_QUANTITY_SCALE |= {suffix: Decimal(1000**power) for power, suffix in enumerate(("k", "M", "G", "T"), 1)}
+_QUANTITY_SCALE |= {suffix: Decimal(1024**power) for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti"), 1)}
 PLUGIN_DEFAULT_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "256Mi"}}
 
 
