@@ -302,12 +302,18 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
     arguments.add_argument(
         "--textfile", type=Path, help="with --watch: write metrics for node-exporter's textfile collector"
     )
+    arguments.add_argument(
+        "--record", type=Path, help="read a recorded host (JSON as discover --json prints) instead of NVML"
+    )
     args = arguments.parse_args(argv)
 
     def command() -> int:
         node = stack_node(stack_file(args), args.node)
         sources = Sources(
-            nvml if nvml is not None else load_nvml(), args.proc_root, args.log_root, args.pod_resources_socket
+            nvml if nvml is not None else load_nvml(args.record),
+            args.proc_root,
+            args.log_root,
+            args.pod_resources_socket,
         )
         if args.watch:
             from host.watch import Watcher  # noqa: PLC0415 - prometheus-client only for --watch

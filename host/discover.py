@@ -105,12 +105,15 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
     )
     add_stack_source(arguments, required=False)
     arguments.add_argument("--node", default=socket.gethostname(), help="node name (default: this hostname)")
+    arguments.add_argument(
+        "--record", type=Path, help="read a recorded host (JSON as discover --json prints) instead of NVML"
+    )
     args = arguments.parse_args(argv)
     if args.check != (args.stack is not None or args.stack_file is not None):
         arguments.error("--check needs --stack or --stack-file, and they need --check")
 
     def command() -> int:
-        module = nvml if nvml is not None else load_nvml()
+        module = nvml if nvml is not None else load_nvml(args.record)
         with session(module):
             gpus = list_gpus(module)
         if args.json:

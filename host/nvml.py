@@ -10,6 +10,7 @@ import contextlib
 import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -53,7 +54,12 @@ class GpuProcess:
     used_gpu_memory_bytes: int | None  # None where NVML cannot tell (e.g. some MIG setups)
 
 
-def load_nvml() -> ModuleType:
+def load_nvml(record: Path | None = None) -> ModuleType:
+    """pynvml, or with `record` a recorded host's answers (host/recorded.py: trying the tools without a GPU)."""
+    if record is not None:
+        from host.recorded import load_record  # noqa: PLC0415
+
+        return load_record(record)
     try:
         return importlib.import_module("pynvml")
     except ImportError:

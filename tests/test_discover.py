@@ -145,3 +145,18 @@ def test_listing_gpus_imports_neither_pulumi_nor_pydantic() -> None:
     code = "import sys, host.discover; print(sorted(m for m in ('pulumi', 'pydantic', 'yaml', 'kubernetes') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_recorded_host_can_be_tried_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/host-record.json is dev's node as discover --json would print it: the docs' way to try the tools."""
+    record = str(ROOT / "examples" / "host-record.json")
+    assert discover.main(["--record", record, "--check", "--stack", "dev", "--node", "dgx-dev-01"]) == 0
+    assert capsys.readouterr().out.strip().endswith("result: every GPU accounted for")
+    assert discover.main(["--record", record, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads((ROOT / "examples" / "host-record.json").read_text())
+
+
+def test_a_file_that_is_not_a_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "r.json").write_text('{"uuid": "x"}')
+    assert discover.main(["--record", str(tmp_path / "r.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --record {tmp_path / 'r.json'}: not a host record")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE, stack_files
-from offline import fleet
+from offline import fleet, render
 from tests.support.stacks import HIDDEN, changed, node, valid_config, write_stack
 
 
@@ -66,3 +67,19 @@ def test_a_conflict_lists_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert fleet.main(["--stacks-dir", str(tmp_path), "--list"]) == EXIT_FINDING
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("conflict: GPU ")
+
+
+def test_adding_an_environment_is_its_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/operations.md, "Adding an environment": a staging stack between dev and prod, with its own cluster
+    and GPUs, joins the list in its wave and renders; nothing else changes."""
+    for path in stack_files():
+        shutil.copy(path, tmp_path)
+    staging = changed(lambda c: c.update({"kubernetes:context": "admin@staging", "hidden-gpu:rolloutWave": 1}))
+    write_stack(tmp_path, staging, "staging")
+    assert fleet.main(["--stacks-dir", str(tmp_path), "--list"]) == EXIT_OK
+    names = json.loads(capsys.readouterr().out)
+    assert names.index("dev") < names.index("staging") < names.index("prod")
+    for name in names:
+        out = tmp_path / "render" / name
+        assert render.main(["--stack-file", str(tmp_path / f"Pulumi.{name}.yaml"), "--out", str(out)]) == EXIT_OK
+    assert "stack staging:" in capsys.readouterr().out
