@@ -79,7 +79,6 @@ POOL_LABEL = "hidden-gpu.io/pool"
 # On each stack's record (a ConfigMap): the stack it describes. Tools judge "which stack still
 # hides this node" by the records in the cluster they talk to, not by the file they were handed.
 STACK_LABEL = "hidden-gpu.io/stack"
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 INSTANCE_LABEL = "app.kubernetes.io/instance"
 PLUGIN_NAME_LABEL = "app.kubernetes.io/name"

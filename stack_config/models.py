@@ -24,6 +24,7 @@ from common.names import (
     DEFAULT_PLUGIN_NAMESPACE,
     DOT_SEGMENT_PATTERN,
     OPERATOR_RUNTIME_CLASSES,
+    PLUGIN_PRIORITY_CLASS,
     POOL_CLASS_INFIX,
     PROTECTED_HOST_PATHS,
     RUNTIME_CLASS_PREFIX,
@@ -389,7 +390,7 @@ class DevicePluginConfig(_Model):
         default_factory=lambda: [Toleration(key="nvidia.com/gpu", effect="NoSchedule")]
     )
     """The plugin pods' tolerations (the Helm chart's `tolerations`): GPU nodes are often tainted."""
-    priority_class_name: ObjectName = "system-node-critical"
+    priority_class_name: ObjectName = PLUGIN_PRIORITY_CLASS
     """The plugin pods' priority class (the Helm chart's `priorityClassName`)."""
     image_pull_secrets: list[ObjectName] = Field(default_factory=list)
     """Secrets in the plugin namespace to pull the image with (the Helm chart's `imagePullSecrets`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 from contextvars import ContextVar
@@ -203,3 +204,22 @@ def test_no_import_loops() -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+def test_every_name_common_names_owns_is_used() -> None:
+    """A name nothing reads is a name that drifts: it may say something the code no longer does."""
+    names = importlib.import_module("common.names")
+    defined = [
+        n
+        for n, v in vars(names).items()
+        if not n.startswith("_") and getattr(v, "__module__", "common.names") == "common.names"
+    ]
+    sources = {p: p.read_text() for room in (*PRODUCT_ROOMS, "tests", "e2e") for p in (ROOT / room).rglob("*.py")}
+    own = (ROOT / "common" / "names.py").read_text()
+    unused = [
+        n
+        for n in defined
+        if not any(re.search(rf"\b{n}\b", text) for p, text in sources.items() if p.name != "names.py")
+        and len(re.findall(rf"\b{n}\b", own)) < 2
+    ]
+    assert unused == []
