@@ -87,8 +87,8 @@ def test_a_run_collects_young_garbage_only_and_restores_the_collector() -> None:
 def test_a_bench_worker_keeps_to_one_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever the machine has (a 1-CPU runner too): the worker asks for exactly one of the CPUs it may use."""
     pinned: list[set[int]] = []
-    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda _pid: {0, 2, 5}, raising=False)
-    monkeypatch.setattr(bench.os, "sched_setaffinity", lambda _pid, cpus: pinned.append(set(cpus)), raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 2, 5}, raising=False)
+    monkeypatch.setattr(os, "sched_setaffinity", lambda _pid, cpus: pinned.append(set(cpus)), raising=False)
     bench.pin_to_one_cpu()
     assert pinned == [{5}]
 
