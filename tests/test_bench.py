@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import subprocess
 import sys
 import threading
