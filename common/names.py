@@ -101,6 +101,10 @@ OPERATOR_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
 
 # --- Names of the objects hidden-gpu creates ---
 
+# In a render directory, beside the objects (JSON, so no *.yaml reader takes it for one): the Pulumi
+# resource graph and each node's GPUs by role.
+GRAPH_FILE = "_pulumi-graph.json"
+
 PLUGIN_NAME = "nvidia-device-plugin"
 PLUGIN_NETWORK_POLICY = f"{PLUGIN_NAME}-no-network"
 POLICY_NAME = f"{PROJECT}-access-guard"

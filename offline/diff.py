@@ -1,11 +1,13 @@
-"""Per-object, per-field difference between two render directories.
+"""Per-object, per-field difference between two render directories, identity first.
 
     python -m offline.diff BASE_DIR HEAD_DIR [--exit-code]
 
-What a reviewer needs from a change to which GPUs a cluster may touch: which objects appear,
-disappear or change, and for a change, which fields, with old and new values. An added or removed
-device plugin names its node and the UUIDs it exposes; a node that leaves the stack is flagged.
-With --exit-code the status is 1 when the renders differ, so a job can gate on it.
+What a reviewer needs from a change to which GPUs a cluster may touch, in this order: every GPU UUID
+that moved between exposed and hidden (one line each, per node, hidden ones included); every resource
+whose Pulumi identity changes (a URN changed without an alias is a delete and a create) or whose options
+change (retainOnDelete, protect, parent, provider, dependencies); then which objects appear, disappear
+or change, field by field. An added or removed device plugin names its node and the UUIDs it exposes;
+a node that leaves the stack is flagged. With --exit-code the status is 1 when the renders differ.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ from typing import Any
 import yaml
 
 from common.cli import EXIT_FINDING, EXIT_OK, UsageError, parser, run
-from common.names import INSTANCE_LABEL, VISIBLE_DEVICES_ENV
+from common.names import GRAPH_FILE, INSTANCE_LABEL, VISIBLE_DEVICES_ENV
 
 _ABSENT = object()
 NO_CHANGES = "no changes"
+
+
+def _read(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise UsageError(f"{path}: cannot read a rendered file ({type(error).__name__})") from None
 
 
 def _load(directory: Path) -> dict[str, Any]:
@@ -28,10 +37,7 @@ def _load(directory: Path) -> dict[str, Any]:
         raise UsageError(f"{directory}: not a directory")
     objects = {}
     for path in sorted(directory.glob("*.yaml")):
-        try:
-            objects[path.name] = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-            raise UsageError(f"{path}: cannot read a rendered object ({type(error).__name__})") from None
+        objects[path.name] = _read(path)
     return objects
 
 
@@ -98,9 +104,71 @@ def _context(obj: Any, removed: bool) -> list[str]:
     return []
 
 
+def _graph(directory: Path) -> dict[str, Any]:
+    path = directory / GRAPH_FILE
+    found = _read(path) if path.exists() else None  # JSON is YAML
+    return found if isinstance(found, dict) else {}
+
+
+def gpu_moves(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """One line per GPU whose role on its node changed, hidden ones included (they are in no object)."""
+    lines = []
+    old_nodes, new_nodes = base.get("gpus") or {}, head.get("gpus") or {}
+    for node in sorted(set(old_nodes) | set(new_nodes)):
+        old = {u: role for role, uuids in (old_nodes.get(node) or {}).items() for u in uuids}
+        new = {u: role for role, uuids in (new_nodes.get(node) or {}).items() for u in uuids}
+        for uuid in sorted(set(old) | set(new)):
+            if old.get(uuid) != new.get(uuid):
+                lines.append(
+                    f"! node {node}: {uuid} {old.get(uuid, '(not listed)')} -> {new.get(uuid, '(not listed)')}"
+                )
+    return lines
+
+
+def _short(urn: str) -> str:
+    """type::name of a URN: what tells two resources apart in a review line."""
+    parts = urn.split("::")
+    return f"{parts[2].rsplit('$', 1)[-1]}::{parts[3]}" if len(parts) >= 4 else urn
+
+
+WATCHED_OPTIONS = ("parent", "provider", "retainOnDelete", "protect", "dependsOn")
+
+
+def identity_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """Kubernetes objects whose URN changes (the same file, another URN: a delete and a create for Pulumi
+    unless an alias carries the old one) and option changes of every resource that stays."""
+    old = {r["urn"]: r for r in base.get("resources") or []}
+    new = {r["urn"]: r for r in head.get("resources") or []}
+    old_files = {r["file"]: urn for urn, r in old.items() if "file" in r}
+    new_files = {r["file"]: urn for urn, r in new.items() if "file" in r}
+    lines, pairs = [], [(urn, urn) for urn in sorted(set(old) & set(new))]
+    for file in sorted(set(old_files) & set(new_files)):
+        before, after = old_files[file], new_files[file]
+        if before == after:
+            continue
+        renamed = f"{file}: renamed {_short(before)} -> {_short(after)}"
+        if before in (new[after].get("aliases") or []):
+            lines.append(f"  {renamed} with an alias: Pulumi keeps the object")
+            pairs.append((before, after))
+        else:
+            lines.append(
+                f"! {renamed} without an alias: Pulumi deletes the object and creates it again "
+                "(AlreadyExists, or a window without it); add an alias"
+            )
+    for before_urn, after_urn in pairs:
+        before, after = old[before_urn], new[after_urn]
+        label = after.get("file") or _short(after["urn"])
+        for option in WATCHED_OPTIONS:
+            if before.get(option) != after.get(option):
+                old_value, new_value = _show(before.get(option, _ABSENT)), _show(after.get(option, _ABSENT))
+                lines.append(f"! {label}: {option} {old_value} -> {new_value}")
+    return lines
+
+
 def diff(base_dir: Path, head_dir: Path) -> str:
     base, head = _load(base_dir), _load(head_dir)
-    lines = []
+    base_graph, head_graph = _graph(base_dir), _graph(head_dir)
+    lines = gpu_moves(base_graph, head_graph) + identity_changes(base_graph, head_graph)
     for name in sorted(set(base) | set(head)):
         if name not in head:
             lines.append(f"- removed {name}")

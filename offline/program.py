@@ -48,6 +48,8 @@ class Declared:
     urn: str
     retain_on_delete: bool = False
     protect: bool = False
+    # URNs this resource was known by before (its aliases), so a rename with an alias keeps its identity.
+    aliases: tuple[str, ...] = ()
 
     @property
     def is_kubernetes_object(self) -> bool:
@@ -92,6 +94,29 @@ class _Mocks(pulumi.runtime.Mocks):
         return {}, None
 
 
+def _alias_urns(request: Any, urn: str) -> list[str]:
+    """The URNs a registration's aliases stand for: given whole, or as a spec of what differs (name, type,
+    parent) from the resource itself, resolved as the engine does (urn:pulumi:stack::project::types::name)."""
+    prefix, _, rest = urn.partition("::")  # urn:pulumi:<stack>
+    project, own_types, _own_name = rest.split("::", 2)
+    found = []
+    for alias in getattr(request, "aliases", []):
+        if alias.urn:
+            found.append(alias.urn)
+            continue
+        spec = alias.spec
+        kind = spec.type or request.type
+        if spec.noParent:
+            types = kind
+        else:
+            parent = spec.parentUrn or request.parent
+            types = f"{parent.split('::')[2]}${kind}" if parent and "::" in parent else kind
+        stack = f"urn:pulumi:{spec.stack}" if spec.stack else prefix
+        found.append(f"{stack}::{spec.project or project}::{types}::{spec.name or request.name}")
+    del own_types
+    return found
+
+
 class _RecordingMonitor(MockMonitor):
     """Pulumi's mock monitor, also keeping parent and depends_on, which mocks do not see."""
 
@@ -120,6 +145,7 @@ class _RecordingMonitor(MockMonitor):
                     urn=response.urn,
                     retain_on_delete=bool(request.retainOnDelete),
                     protect=bool(request.protect),
+                    aliases=tuple(_alias_urns(request, response.urn)),
                 )
             )
         return response

@@ -6,6 +6,7 @@ it would create as one YAML file, byte-identical across runs.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from typing import Any
 import yaml
 
 from common.cli import EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
-from common.names import PROJECT, Token
+from common.names import GRAPH_FILE, PROJECT, Token
 from offline.outdir import replace_directory
 from offline.program import Declared, ProgramRun, run_program
 from stack_config import InvalidConfigError, StackConfig, parse_project_config, quota_warnings, read_stack_file
@@ -23,6 +24,11 @@ from stack_config.load import imported_environments
 from stack_config.reviewed import project_config_problems
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+GRAPH_ABOUT = (
+    "Not a Kubernetes object: what `pulumi up` would register, by URN, with its options, and which GPUs each "
+    "node exposes and hides (written by offline.render, read by offline.diff)."
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,39 @@ def render(path: Path) -> Rendered:
     run_ = run_program(config, stack_name)
     files = {file_name(resource): resource.inputs for resource in run_.kubernetes_objects}
     return Rendered(stack_name, stack, run_, files, tuple(imported_environments(path)))
+
+
+def engine_urn(urn: str) -> str:
+    """A URN as the Pulumi engine makes it: Pulumi's mocks put the root stack's type in front of a top-level
+    resource's types (`pulumi:pulumi:Stack$...`), the engine leaves it out (resource.NewURN)."""
+    return urn.replace(f"::{ROOT_STACK_TYPE}$", "::", 1)
+
+
+def graph(rendered: Rendered) -> dict[str, Any]:
+    """What `pulumi up` would register, by identity: each resource's URN, parent, provider, options and
+    sorted dependencies (and, for a Kubernetes object, its file here); and each node's GPUs by role. A
+    changed URN is a delete and a create for Pulumi, which the objects alone cannot show."""
+    files = {resource.urn: file_name(resource) for resource in rendered.run.kubernetes_objects}
+    resources = []
+    for resource in sorted(rendered.run.resources, key=lambda r: engine_urn(r.urn)):
+        entry: dict[str, Any] = {"urn": engine_urn(resource.urn)}
+        if resource.urn in files:
+            entry["file"] = files[resource.urn]
+        if resource.parent and resource.parent.split("::")[2] != ROOT_STACK_TYPE:  # top-level: no parent
+            entry["parent"] = engine_urn(resource.parent)
+        if resource.provider:
+            entry["provider"] = engine_urn(resource.provider.rsplit("::", 1)[0])
+        entry["retainOnDelete"] = resource.retain_on_delete
+        entry["protect"] = resource.protect
+        entry["dependsOn"] = sorted(engine_urn(d) for d in resource.dependencies)
+        if resource.aliases:
+            entry["aliases"] = sorted(engine_urn(a) for a in resource.aliases)
+        resources.append(entry)
+    gpus = {
+        node.name: {"exposed": list(node.exposed_gpus), "hidden": list(node.hidden_gpus)}
+        for node in rendered.stack.nodes
+    }
+    return {"gpus": gpus, "resources": resources}
 
 
 def to_yaml(obj: dict[str, Any]) -> str:
@@ -101,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     def command() -> int:
         path = stack_file(args)
         rendered = render(path)
-        replace_directory(args.out, {name: to_yaml(obj) for name, obj in rendered.files.items()}, keep=[path])
+        files = {name: to_yaml(obj) for name, obj in rendered.files.items()}
+        files[GRAPH_FILE] = json.dumps({"about": GRAPH_ABOUT, **graph(rendered)}, indent=1) + "\n"
+        replace_directory(args.out, files, keep=[path])
         print(summary(rendered, args.out))
         return EXIT_OK
 

@@ -277,6 +277,8 @@ def test_a_node_leaving_the_stack_is_flagged_in_review(tmp_path: Path) -> None:
     base = render_to(tmp_path, "base", valid_config())
     head = render_to(tmp_path, "head", changed(lambda c: c["hidden-gpu:nodes"].pop(1)))
     assert diff.diff(base, head).splitlines() == [
+        "! node gpu-node-02: GPU-c0ffee00-1111-4222-8333-444455556666 hidden -> (not listed)",
+        "! node gpu-node-02: GPU-deadbeef-7777-4888-9999-aaaabbbbcccc hidden -> (not listed)",
         "~ changed configmap.hidden-gpu-system.hidden-gpu-stack-case.yaml",
         "    data.node.gpu-node-02: '' -> (absent)",
         "- removed nodepatch.gpu-node-02.yaml",

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
+from common.names import GRAPH_FILE
 from offline import diff, render
 from tests.support.stacks import EXPOSED, HIDDEN, changed, node, valid_config
+
+OTHER = "GPU-0c0c0c0c-1111-4222-8333-444455556666"
 
 
 def render_config(tmp_path: Path, name: str, config: dict[str, object]) -> Path:
@@ -28,6 +32,8 @@ def test_one_uuid_change_names_the_object_and_the_field(tmp_path: Path, capsys: 
     capsys.readouterr()
     assert diff.main([str(base), str(head)]) == 0
     assert capsys.readouterr().out.splitlines() == [
+        f"! node gpu-node-01: {EXPOSED} exposed -> hidden",
+        f"! node gpu-node-01: {HIDDEN[0]} hidden -> exposed",
         "~ changed configmap.hidden-gpu-system.hidden-gpu-stack-case.yaml",
         f"    data.node.gpu-node-01: {EXPOSED} -> {HIDDEN[0]}",
         "~ changed daemonset.hidden-gpu-system.nvidia-device-plugin-gpu-node-01.yaml",
@@ -55,3 +61,50 @@ def test_new_field_and_identical_renders(tmp_path: Path) -> None:
         "~ changed nodepatch.gpu-node-01.yaml",
         "    metadata.labels.nvidia.com/gpu.deploy.gpu-feature-discovery: 'false' -> (absent)",
     ]
+
+
+def test_a_hidden_uuid_change_shows(tmp_path: Path) -> None:
+    """A hidden GPU is in no Kubernetes object; the review still sees it replaced, one line per UUID."""
+    base = render_config(tmp_path, "base", valid_config())
+    replaced = changed(lambda c: node(c).update({"hiddenGpus": [OTHER, HIDDEN[1]]}))
+    assert diff.diff(base, render_config(tmp_path, "head", replaced)).splitlines() == [
+        f"! node gpu-node-01: {OTHER} (not listed) -> hidden",
+        f"! node gpu-node-01: {HIDDEN[0]} hidden -> (not listed)",
+    ]
+
+
+def _rename(render_dir: Path, file: str, alias: bool) -> str:
+    """The render as if the object in `file` were declared under another name (with an alias or without)."""
+    graph_path = render_dir / GRAPH_FILE
+    graph = json.loads(graph_path.read_text())
+    entry = next(r for r in graph["resources"] if r.get("file") == file)
+    old: str = entry["urn"]
+    entry["urn"] = old + "-renamed"
+    if alias:
+        entry["aliases"] = [*entry.get("aliases", []), old]
+    graph_path.write_text(json.dumps(graph))
+    return old
+
+
+@pytest.mark.parametrize("alias", [False, True], ids=["without-alias", "with-alias"])
+def test_a_renamed_child_shows_first(alias: bool, tmp_path: Path) -> None:
+    """Byte-identical objects, another URN: without an alias Pulumi deletes and recreates the node's patch."""
+    base = render_config(tmp_path, "base", valid_config())
+    head = render_config(tmp_path, "head", valid_config())
+    _rename(head, "nodepatch.gpu-node-01.yaml", alias)
+    (line,) = diff.diff(base, head).splitlines()
+    if alias:
+        assert line.startswith("  nodepatch.gpu-node-01.yaml: renamed ") and line.endswith(
+            "with an alias: Pulumi keeps the object"
+        )
+    else:
+        assert line.startswith("! nodepatch.gpu-node-01.yaml: renamed ") and "without an alias: Pulumi deletes" in line
+
+
+def test_a_dropped_retain_on_delete_shows(tmp_path: Path) -> None:
+    base = render_config(tmp_path, "base", valid_config())
+    head = render_config(tmp_path, "head", valid_config())
+    graph = json.loads((head / GRAPH_FILE).read_text())
+    next(r for r in graph["resources"] if r.get("file") == "nodepatch.gpu-node-02.yaml")["retainOnDelete"] = False
+    (head / GRAPH_FILE).write_text(json.dumps(graph))
+    assert diff.diff(base, head).splitlines() == ["! nodepatch.gpu-node-02.yaml: retainOnDelete true -> false"]

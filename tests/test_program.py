@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from common.cli import STACKS_DIR
 from common.names import (
     DEFAULT_PLUGIN_NAMESPACE,
     DEVICE_PLUGIN_LABEL,
@@ -13,6 +15,7 @@ from common.names import (
     device_plugin_name,
     runtime_class_name,
 )
+from offline import render
 from offline.program import ProgramRun, run_program
 from tests.support.objects import env_of, only
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, cluster_policy_patched, node
@@ -231,3 +234,19 @@ def test_scan_exceptions_carry_reasons_and_drop_the_digest_one_for_digests(run: 
     pinned = run_program(changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", image)), "test")
     skips = only(pinned.of_type(Token.DAEMONSET)).inputs["metadata"]["annotations"]
     assert not any(value.startswith("CKV_K8S_43=") for value in skips.values())
+
+
+GOLDEN_URNS = Path(__file__).resolve().parent / "golden" / "prod-urns.txt"
+
+
+def test_no_urn_is_lost_without_an_alias() -> None:
+    """A changed URN is a delete and a create for Pulumi: for a named Kubernetes object that fails with
+    AlreadyExists or leaves a window without it. Every URN prod has today must still be there, or be
+    an alias of a resource that is (tests/golden/prod-urns.txt; the real tier checks the engine agrees)."""
+    graph = render.graph(render.render(STACKS_DIR / "Pulumi.prod.yaml"))
+    current = {r["urn"] for r in graph["resources"]}
+    aliases = {alias for r in graph["resources"] for alias in r.get("aliases", [])}
+    golden = set(GOLDEN_URNS.read_text().split())
+    lost = sorted(golden - current - aliases)
+    assert lost == [], f"renamed without an alias (Pulumi would delete and recreate): {lost}"
+    assert current == golden, f"URNs changed (with aliases): update {GOLDEN_URNS.name}: {sorted(current ^ golden)}"
