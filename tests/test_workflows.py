@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from offline import fleet
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+WORKFLOW_NAMES = [p.name for p in WORKFLOWS]
 CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
 
 
@@ -29,7 +31,7 @@ def load(name: str) -> dict[Any, Any]:
 
 
 def test_the_workflows_are_schema_valid() -> None:
-    assert [p.name for p in WORKFLOWS] == ["preview.yml", "up-stack.yml", "up.yml"]
+    assert [p.name for p in WORKFLOWS] == ["drift.yml", "preview.yml", "up-stack.yml", "up.yml"]
     result = validate(*WORKFLOWS)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -67,9 +69,12 @@ def test_preview_runs_tests_comments_the_render_diff_and_previews_every_stack() 
     assert preview["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.test-and-render-diff.outputs.stacks) }}"
     (step,) = pulumi_steps(workflow, "pulumi-preview")
     assert step["with"]["command"] == "preview" and step["with"]["comment-on-pr"] is True
-    assert step["with"]["cloud-url"] == "${{ secrets.PULUMI_BACKEND_URL }}"
     assert step["env"]["KUBECONFIG"] == "${{ runner.temp }}/kubeconfig"
-    assert step["with"]["policyPacks"] == "policy"
+    # Judged by the base commit's pack, which the pull request cannot change.
+    assert step["with"]["policyPacks"] == "${{ runner.temp }}/base/policy"
+    base = next(s for s in preview["steps"] if "base_policy_pack.sh" in str(s.get("run")))
+    assert base["run"] == 'scripts/base_policy_pack.sh "$BASE_SHA" "$RUNNER_TEMP/base"'
+    assert base["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
 
 
 def pulumi_step_sets() -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -81,35 +86,104 @@ def pulumi_step_sets() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     ]
 
 
-def test_stacks_are_created_when_missing_with_the_pinned_cli() -> None:
+def test_stacks_are_never_created_by_a_workflow_and_the_cli_is_pinned() -> None:
+    """upsert with a passphrase would write an encryptionsalt on the runner that nobody commits."""
     version = (ROOT / ".pulumi-version").read_text().strip()
     pinned = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("pulumi=="))
     assert pinned == f"pulumi=={version}"  # the CLI and the SDK move together
-    for _, step in pulumi_step_sets():
-        assert step["uses"] == "pulumi/actions@v7"
-        assert step["with"]["upsert"] is True and step["with"]["secrets-provider"] == "passphrase"
+    for _, step in [*pulumi_step_sets(), (None, pulumi_steps(load("drift.yml"), "drift")[0])]:
+        assert step["with"]["upsert"] is False and "secrets-provider" not in step["with"]
         assert step["with"]["pulumi-version-file"] == ".pulumi-version"
+        assert step["with"]["cloud-url"] == "${{ vars.PULUMI_BACKEND_URL }}"
 
 
-def test_every_pulumi_job_runs_in_its_stacks_environment_with_a_timeout() -> None:
+def test_previews_never_run_with_what_up_may_do() -> None:
+    """A pull request's code runs in `<stack>-preview` (read-only credentials, no reviewers); only merged code
+    reaches the stack's own environment. Cloud credentials come from OIDC roles, never static keys."""
     preview, up = (job for job, _ in pulumi_step_sets())
-    assert preview["environment"] == "${{ matrix.stack }}"
+    assert preview["environment"] == "${{ matrix.stack }}-preview"
     assert up["environment"] == "${{ inputs.stack }}"
-    for name in ("preview.yml", "up-stack.yml", "up.yml"):
+    assert load("drift.yml")["jobs"]["drift"]["environment"] == "${{ matrix.stack }}-preview"
+    roles = {}
+    for name in WORKFLOW_NAMES:
+        text = (ROOT / ".github" / "workflows" / name).read_text()
+        assert "AWS_ACCESS_KEY_ID" not in text and "AWS_SECRET_ACCESS_KEY" not in text, name
+        for job_name, job in load(name)["jobs"].items():
+            for step in job.get("steps", []):
+                if str(step.get("uses", "")).startswith("aws-actions/configure-aws-credentials@"):
+                    assert job["permissions"]["id-token"] == "write", (name, job_name)
+                    roles[(name, job_name)] = step["with"]["role-to-assume"]
+    assert roles == {
+        ("drift.yml", "drift"): "${{ vars.PULUMI_STATE_READ_ROLE }}",
+        ("preview.yml", "pulumi-preview"): "${{ vars.PULUMI_STATE_READ_ROLE }}",
+        ("up-stack.yml", "up"): "${{ vars.PULUMI_STATE_ROLE }}",
+    }
+
+
+def test_every_pulumi_job_has_a_timeout() -> None:
+    for name in WORKFLOW_NAMES:
         for job_name, job in load(name)["jobs"].items():
             if "uses" not in job:  # a called workflow's jobs carry their own
                 assert 0 < job["timeout-minutes"] <= 60, (name, job_name)
 
 
-def test_current_action_majors() -> None:
-    wanted = {"actions/checkout": "v5", "actions/setup-python": "v6", "actions/github-script": "v8"}
-    wanted |= {"actions/upload-artifact": "v5", "pulumi/actions": "v7"}
-    for name in ("preview.yml", "up-stack.yml", "up.yml"):
-        for job in load(name)["jobs"].values():
-            for step in job.get("steps", []):
-                if "uses" in step:
-                    action, _, major = step["uses"].partition("@")
-                    assert wanted[action] == major, step["uses"]
+# Every action by the commit of a release, its tag beside it: a moved or deleted tag changes nothing.
+PINNED = {
+    "actions/checkout": ("fbc6f3992d24b796d5a048ff273f7fcc4a7b6c09", "v5.1.0"),
+    "actions/setup-python": ("ece7cb06caefa5fff74198d8649806c4678c61a1", "v6.3.0"),
+    "actions/github-script": ("ed597411d8f924073f98dfc5c65a23a2325f34cd", "v8.0.0"),
+    "actions/upload-artifact": ("330a01c490aca151604b8cf639adc76d48f6c5d4", "v5.0.0"),
+    "pulumi/actions": ("8e5e406f4007fca908480587cb9893c07090f58d", "v7.0.0"),
+    "aws-actions/configure-aws-credentials": ("61815dcd50bd041e203e49132bacad1fd04d2708", "v5.1.1"),
+}
+
+
+def test_actions_are_pinned_by_commit() -> None:
+    for name in WORKFLOW_NAMES:
+        for line in (ROOT / ".github" / "workflows" / name).read_text().splitlines():
+            found = re.search(r"uses: ([\w.-]+/[\w.-]+)@(\S+)(?: # (\S+))?$", line)
+            if found is None:
+                continue
+            action, ref, tag = found.groups()
+            assert (ref, tag) == PINNED[action], f"{name}: {line.strip()}"
+
+
+def test_the_drift_job_expects_no_changes_after_a_refresh_and_speaks_up() -> None:
+    workflow = load("drift.yml")
+    assert "schedule" in workflow[True] and "workflow_dispatch" in workflow[True]
+    job = workflow["jobs"]["drift"]
+    assert job["strategy"]["matrix"]["stack"] == "${{ fromJSON(needs.stacks.outputs.stacks) }}"
+    (step,) = pulumi_steps(workflow, "drift")
+    assert step["with"]["command"] == "preview"
+    assert step["with"]["refresh"] is True and step["with"]["expect-no-changes"] is True
+    assert any("python -m cluster.verify --stack" in str(s.get("run")) for s in job["steps"])
+    report = job["steps"][-1]
+    assert report["if"] == "failure()" and "issues.create" in report["with"]["script"]
+
+
+@pytest.mark.subprocess
+def test_a_pull_request_that_weakens_the_pack_is_judged_by_the_base_pack(tmp_path: Path) -> None:
+    """The PR deletes a mandatory rule; the pack scripts/base_policy_pack.sh lays out still has it."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True).stdout
+    rules = clone / "policy" / "rules.py"
+    rules.write_text(
+        rules.read_text() + "\nPOLICIES = [p for p in POLICIES if p.name != 'device-plugin-unprivileged']\n"
+    )
+    git = ["git", "-c", "user.name=pr", "-c", "user.email=pr@example.com"]
+    subprocess.run([*git, "commit", "-qam", "weaken the pack"], cwd=clone, check=True)
+    (clone / ".venv").symlink_to(ROOT / ".venv")
+    script = str(ROOT / "scripts" / "base_policy_pack.sh")  # this checkout's script, run in the PR's clone
+    subprocess.run([script, base.strip(), str(tmp_path / "base")], cwd=clone, check=True)
+    names = "import sys; sys.path.insert(0, sys.argv[1]); from policy.rules import POLICIES; print(*[p.name for p in POLICIES])"
+    head = subprocess.run([sys.executable, "-c", names, str(clone)], capture_output=True, text=True, check=True).stdout
+    judged = subprocess.run(
+        [sys.executable, "-c", names, str(tmp_path / "base")], capture_output=True, text=True, check=True
+    ).stdout
+    assert "device-plugin-unprivileged" not in head.split()
+    assert "device-plugin-unprivileged" in judged.split()
+    assert (tmp_path / "base" / ".venv").resolve() == (ROOT / ".venv").resolve()
 
 
 def test_the_render_diff_comment_is_trimmed_to_githubs_limit() -> None:
