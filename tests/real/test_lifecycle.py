@@ -34,7 +34,7 @@ from common.names import (
 )
 from e2e.controlplane import ApiError, ControlPlane
 from offline import render
-from tests.real.conftest import eventually
+from tests.real.conftest import add_gpu_node, eventually
 from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
@@ -133,6 +133,7 @@ def test_lifecycle(plane: ControlPlane, project: Project, capsys: pytest.Capture
     first_up(plane, project, capsys)
     change_a_uuid(plane, project)
     tamper_and_repair(plane, project, capsys)
+    node_reregisters(plane, project, capsys)
     leave_destroy_release(plane, project, capsys)
     TIMES.record()
 
@@ -226,6 +227,36 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     assert plane.request("GET", binding)["spec"]["validationActions"] == ["Deny"]
     assert plane.request("GET", policy)["spec"]["failurePolicy"] == "Fail"  # a scalar: the forced apply wins
     TIMES.timed("preview after repair", lambda: stack.preview(expect_no_changes=True))
+
+
+def node_reregisters(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Node object is deleted and its kubelet registers it again, without hidden-gpu's labels: the
+    GPU Operator would deploy its all-GPU plugin there within seconds. `up` alone does not see it (the
+    patch is in its state); the drift job's preview with refresh and verify do; refresh + up repairs it."""
+    stack = project.stack
+    plane.request("DELETE", "/api/v1/nodes/gpu-node-02")
+    eventually(lambda: not _node_exists(plane, "gpu-node-02"), what="the node gone")
+    add_gpu_node(plane, "gpu-node-02", 8)  # as its kubelet registers it: the operator's plugin saw 8 GPUs
+    TIMES.timed("up after re-registration", stack.up)
+    assert DEVICE_PLUGIN_LABEL not in labels(plane, "gpu-node-02")  # the window: no diff, no label
+    with pytest.raises(auto.CommandError):  # drift.yml's check
+        stack.preview(refresh=True, expect_no_changes=True)
+    status, out = run_verify(project, capsys)
+    wrong = [line.split()[:3] for line in out.splitlines() if line.endswith("MISMATCH")]
+    assert status == EXIT_FINDING and ["gpu-node-02", "label", DEVICE_PLUGIN_LABEL] in wrong, out
+    TIMES.timed("refresh", stack.refresh)
+    TIMES.timed("up after refresh", stack.up)
+    assert labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL] == "false"
+
+
+def _node_exists(plane: ControlPlane, name: str) -> bool:
+    try:
+        plane.request("GET", f"/api/v1/nodes/{name}")
+    except ApiError as error:
+        if error.code == 404:
+            return False
+        raise
+    return True
 
 
 def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
