@@ -42,6 +42,13 @@ provider = k8s.Provider(
     context=cluster.get("context"),
     kubeconfig=cluster.get("kubeconfig"),
     cluster=cluster.get("cluster"),
+    # Only naming another cluster replaces the provider, and every object with it (the guard deleted and
+    # created again: a window without it); a rotated kubeconfig is an update. Adding the identifier to a
+    # stack replaces nothing (pulumi-kubernetes v4.25.0 provider/pkg/provider/provider.go:408-423).
+    cluster_identifier=cluster.get("context") or cluster.get("cluster") or "kubeconfig",
+    # A changed plugin config updates its ConfigMap in place; the DaemonSet's checksum annotation rolls
+    # the pods. Without it every data change replaces the explicitly named ConfigMap.
+    enable_config_map_mutable=True,
 )
 with_provider = pulumi.ResourceOptions(provider=provider)
 plugin = stack.device_plugin

@@ -250,3 +250,10 @@ def test_no_urn_is_lost_without_an_alias() -> None:
     lost = sorted(golden - current - aliases)
     assert lost == [], f"renamed without an alias (Pulumi would delete and recreate): {lost}"
     assert current == golden, f"URNs changed (with aliases): update {GOLDEN_URNS.name}: {sorted(current ^ golden)}"
+
+
+def test_the_provider_is_replaced_only_for_another_cluster(run: ProgramRun) -> None:
+    """A kubeconfig rotation must not replace the provider: with it every child, the guard included."""
+    provider = only(run.of_type(Token.PROVIDER))
+    assert provider.inputs["clusterIdentifier"] == "admin@test"
+    assert provider.inputs["enableConfigMapMutable"] == "true"  # provider config travels as strings

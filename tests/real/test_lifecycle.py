@@ -178,7 +178,9 @@ def change_a_uuid(plane: ControlPlane, project: Project) -> None:
     stack = project.stack
     project.write(lambda c: c.__setitem__("hidden-gpu:nodes", nodes([OTHER])))
     changed = TIMES.timed("preview a changed UUID", lambda: stack.preview(diff=True))
-    assert changed.change_summary.get(OpType.UPDATE) == 1, changed.change_summary
+    # The DaemonSet and the stack's record, both in place: mutable ConfigMaps, nothing replaced.
+    assert changed.change_summary.get(OpType.UPDATE) == 2, changed.change_summary
+    assert OpType.REPLACE not in changed.change_summary, changed.change_summary
     # Exactly that field, on the one DaemonSet. The engine's diff names the list index (`env[0]`), not the
     # variable: the review has to know env[0] is NVIDIA_VISIBLE_DEVICES (offline.diff names it).
     assert f'value: "{EXPOSED}" => "{OTHER}"' in changed.stdout, changed.stdout
