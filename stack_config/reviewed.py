@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from common.names import PROJECT, STACK_FILE_ENV
 from stack_config.errors import ConfigError, InvalidConfigError
@@ -42,13 +43,37 @@ def _project_settings(project_dir: Path) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
+def _changes_nothing(key: str, default: Any) -> bool:
+    """Whether a project default for `key` leaves the stack as it would be without it (`guard: {}`)."""
+    name = key.removeprefix(PREFIX)
+    field = next((f for f in StackConfig.model_fields.values() if f.alias == name), None)
+    if field is None or field.is_required() or field.annotation is None:
+        return False
+    try:
+        value = TypeAdapter(field.annotation).validate_python(default)
+    except ValidationError:
+        return False
+    return bool(value == field.get_default(call_default_factory=True))
+
+
 def project_config_problems(project_dir: Path) -> list[ConfigError]:
-    """Project-level `config:` in Pulumi.yaml that sets a `hidden-gpu:` key: a default no review shows."""
+    """Project-level `config:` in Pulumi.yaml that gives a `hidden-gpu:` key a value no review shows: a
+    `value`, the short form `key: value`, or a `default` that changes anything. Declarations of type and
+    description, and defaults that change nothing (what offline.config_reference writes), are fine."""
     config = _project_settings(project_dir).get("config")
     if not isinstance(config, dict):  # absent, or the old spelling of a config directory
         return []
-    keys = [str(k) for k in config if str(k).startswith(PREFIX) or ":" not in str(k)]
-    reason = "sets a default for every stack that no stack file shows; write it in each stack file instead"
+    keys = [
+        str(key)
+        for key, declared in config.items()
+        if (str(key).startswith(PREFIX) or ":" not in str(key))
+        and (
+            not isinstance(declared, dict)
+            or "value" in declared
+            or ("default" in declared and not _changes_nothing(str(key), declared["default"]))
+        )
+    ]
+    reason = "sets a value for every stack that no stack file shows; write it in each stack file instead"
     return [ConfigError((), reason, where=f"{project_dir / 'Pulumi.yaml'}: config.{key}") for key in keys]
 
 

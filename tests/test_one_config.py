@@ -80,8 +80,21 @@ def test_project_config_for_our_namespace_is_refused(tmp_path: Path) -> None:
         "  kubernetes:context: {value: x}\n"
     )
     assert [str(p) for p in project_config_problems(tmp_path)] == [
-        f"{tmp_path / 'Pulumi.yaml'}: config.hidden-gpu:guard: sets a default for every stack that no stack file "
+        f"{tmp_path / 'Pulumi.yaml'}: config.hidden-gpu:guard: sets a value for every stack that no stack file "
         "shows; write it in each stack file instead"
+    ]
+
+
+def test_declarations_pass_and_defaults_do_not(tmp_path: Path) -> None:
+    """Pulumi.yaml may declare our keys' types (it does: offline.config_reference writes them); a default
+    or a value there is config no stack file shows."""
+    (tmp_path / "Pulumi.yaml").write_text(
+        "name: hidden-gpu\nruntime: python\nconfig:\n  nodes: {type: array, items: {type: object}}\n"
+        "  guard: {type: object, default: {mode: audit}}\n  quotas: {}\n  devicePlugin: {type: object, default: {}}\n"
+        "  rolloutWave: {type: integer, default: 0}\n  clusterPolicy: {type: object, default: {patch: true}}\n"
+    )
+    assert [p.where for p in project_config_problems(tmp_path)] == [
+        f"{tmp_path / 'Pulumi.yaml'}: config.{key}" for key in ("guard", "clusterPolicy")
     ]
 
 

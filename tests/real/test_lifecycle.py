@@ -33,7 +33,7 @@ from common.names import (
     stack_record_name,
 )
 from e2e.controlplane import ApiError, ControlPlane
-from offline import render
+from offline import config_reference, render
 from tests.real.conftest import add_gpu_node, eventually
 from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
@@ -97,7 +97,11 @@ def project(plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.
         )
     result = Project(work, None, config)  # type: ignore[arg-type]
     result.write()
-    result.stack = pulumi_stack(work, STACK)
+    # The project's own config declarations (generated into Pulumi.yaml): the real CLI type-checks the
+    # stack's config against them before the program runs.
+    project_file = {"name": "hidden-gpu", "runtime": "python", "config": config_reference.pulumi_config()}
+    (work / "Pulumi.yaml").write_text(yaml.safe_dump(project_file, sort_keys=False))
+    result.stack = pulumi_stack(work, STACK, own_project_file=True)
     return result
 
 
@@ -336,3 +340,25 @@ def test_config_the_cli_adds_is_refused(
         stack.preview()
     assert "hidden-gpu:guard: differs from" in str(failed.value), str(failed.value)[-3000:]
     assert "Pulumi.yaml's project config" in str(failed.value)
+
+
+def test_the_cli_type_checks_stack_config_against_the_declarations(
+    plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Pulumi.yaml's generated declarations are ones the real CLI reads: a nodes value that is not a list
+    is refused by the CLI itself, before the program runs."""
+    work = tmp_path_factory.mktemp("declared")
+    project_file = {"name": "hidden-gpu", "runtime": "python", "config": config_reference.pulumi_config()}
+    (work / "Pulumi.yaml").write_text(yaml.safe_dump(project_file, sort_keys=False))
+    config = {
+        "pulumi:disable-default-providers": ["kubernetes"],
+        "kubernetes:kubeconfig": str(plane.kubeconfig("admin")),
+        "kubernetes:context": "admin@e2e",
+        "hidden-gpu:nodes": {"name": "gpu-node-01"},
+    }
+    (work / "Pulumi.typed.yaml").write_text(yaml.safe_dump({"config": config}))
+    stack = pulumi_stack(work, "typed", own_project_file=True)
+    with pytest.raises(auto.CommandError) as failed:
+        stack.preview()
+    assert "configuration key 'nodes' must be of type 'array<object>'" in str(failed.value), str(failed.value)[-2000:]
+    assert "invalid stack config" not in str(failed.value)  # the CLI refused it, not the program
