@@ -76,8 +76,9 @@ class LiveObjectMissingError(Exception):
 
 
 class _Mocks(pulumi.runtime.Mocks):
-    def __init__(self, live: Mapping[tuple[str, str], dict[str, Any]] | None) -> None:
+    def __init__(self, live: Mapping[tuple[str, str], dict[str, Any]] | None, preview: bool = False) -> None:
         self._live = live
+        self._preview = preview
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         if args.resource_id:  # a read (`get`): the live object, as the cluster holds it
@@ -87,8 +88,9 @@ class _Mocks(pulumi.runtime.Mocks):
             if key not in self._live:
                 raise LiveObjectMissingError(f"{args.typ} {args.resource_id} does not exist")
             return args.resource_id, dict(self._live[key])
-        # Kubernetes reports the object back with its name; nothing else is computed.
-        return f"{args.name}-id", dict(args.inputs)
+        # Kubernetes reports the object back with its name; nothing else is computed. In a preview, as the
+        # harshest engine would, nothing comes back: every output the program reads is unknown.
+        return f"{args.name}-id", ({} if self._preview else dict(args.inputs))
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
@@ -244,7 +246,11 @@ def _young_collections_only() -> Iterator[None]:
 
 
 def run_program(
-    config: Mapping[str, Any], stack: str, live: Mapping[tuple[str, str], dict[str, Any]] | None = None
+    config: Mapping[str, Any],
+    stack: str,
+    live: Mapping[tuple[str, str], dict[str, Any]] | None = None,
+    *,
+    preview: bool = False,
 ) -> ProgramRun:
     """Run __main__.py with a stack's `config:` map; raises whatever the program raises.
 
@@ -258,7 +264,7 @@ def run_program(
     def program() -> None:
         exec(code, {"__name__": "__main__", "__file__": str(PROGRAM)})
 
-    return run_callable(program, stack, config, live)
+    return run_callable(program, stack, config, live, preview=preview)
 
 
 def run_callable(
@@ -266,10 +272,13 @@ def run_callable(
     stack: str,
     config: Mapping[str, Any] | None = None,
     live: Mapping[tuple[str, str], dict[str, Any]] | None = None,
+    *,
+    preview: bool = False,
 ) -> ProgramRun:
-    """Run any Pulumi program function under the mocks, recording what it declares."""
+    """Run any Pulumi program function under the mocks, recording what it declares; with `preview`, as
+    `pulumi preview` runs it (is_dry_run() true, every resource output unknown)."""
     run = ProgramRun()
-    mocks = _Mocks(live)
+    mocks = _Mocks(live, preview)
     monitor = _RecordingMonitor(run, mocks)
 
     async def resolve_outputs() -> None:
@@ -278,7 +287,7 @@ def run_callable(
     with _own_event_loops(monitor), _young_collections_only():
         # Whatever ran Pulumi before (a `@pulumi.runtime.test`, say) may have left state behind.
         reset_run_state()
-        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+        pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
         # Pulumi hands a program structured config as JSON strings, plain strings as they are.
         pulumi.runtime.set_all_config(
             {key: value if isinstance(value, str) else json.dumps(value) for key, value in (config or {}).items()}

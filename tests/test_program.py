@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from common.cli import STACKS_DIR
 from common.names import (
     DEFAULT_PLUGIN_NAMESPACE,
@@ -17,6 +19,7 @@ from common.names import (
 )
 from offline import render
 from offline.program import ProgramRun, run_program
+from stack_config import read_stack_file
 from tests.support.objects import env_of, only
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, cluster_policy_patched, node
 
@@ -257,3 +260,13 @@ def test_the_provider_is_replaced_only_for_another_cluster(run: ProgramRun) -> N
     provider = only(run.of_type(Token.PROVIDER))
     assert provider.inputs["clusterIdentifier"] == "admin@test"
     assert provider.inputs["enableConfigMapMutable"] == "true"  # provider config travels as strings
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_a_preview_with_every_output_unknown_declares_the_same(stack: str) -> None:
+    """`pulumi preview` runs the program with outputs unknown (is_dry_run true): nothing may depend on a
+    known value to decide what exists, and the exports stay known (they come from config)."""
+    config = read_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml")
+    applied, previewed = run_program(config, stack), run_program(config, stack, preview=True)
+    assert sorted(r.urn for r in previewed.resources) == sorted(r.urn for r in applied.resources)
+    assert previewed.outputs == applied.outputs
