@@ -115,7 +115,7 @@ VOID_POLICY_NAME = f"{PROJECT}-add-void"
 QUOTA_NAME = f"{PROJECT}-quota"
 DEFAULT_PLUGIN_NAMESPACE = f"{PROJECT}-system"
 DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
-# The device plugin is recognised by its image wherever it is declared (the policy pack).
+# One sign by which the policy pack recognises a device plugin (with its label and its kubelet mount).
 PLUGIN_IMAGE_NAME = "k8s-device-plugin"
 OPERATOR_NAMESPACE = "gpu-operator"
 DEFAULT_EXEMPT_NAMESPACES = ("kube-system", OPERATOR_NAMESPACE)

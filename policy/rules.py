@@ -16,8 +16,14 @@ from pulumi_policy import (
 
 from common.names import (
     DEVICE_PLUGIN_LABEL,
+    ENV_KEYS_POLICY_NAME,
+    KUBELET_DEVICE_PLUGINS,
     OPERATOR_RUNTIME_CLASSES,
     PLUGIN_IMAGE_NAME,
+    PLUGIN_NAME,
+    PLUGIN_NAME_LABEL,
+    POLICY_NAME,
+    PROJECT,
     SYS_ADMIN_CAPABILITIES,
     VISIBLE_DEVICES_ENV,
     MigStrategy,
@@ -30,13 +36,27 @@ def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:
     return props.get("spec", {}).get("template", {}).get("spec", {}) or {}
 
 
-def _plugin_containers(resource_type: str, props: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The NVIDIA device-plugin containers of a DaemonSet, recognised by their image."""
-    if resource_type != Token.DAEMONSET:
-        return []
+def _is_device_plugin(props: Mapping[str, Any]) -> bool:
+    """A DaemonSet that is a device plugin by any sign: the label verify selects by, NVIDIA's image, or a
+    mount of the kubelet's device-plugin directory (how any plugin registers). One sign is enough: a
+    renamed image or a missing label must not take the plugin out of the rules."""
+    template_labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
     pod = _pod_spec(props)
     containers = [*pod.get("initContainers", []), *pod.get("containers", [])]
-    return [c for c in containers if PLUGIN_IMAGE_NAME in str(c.get("image", ""))]
+    mounts = {(v.get("hostPath") or {}).get("path", "").rstrip("/") for v in pod.get("volumes", []) or []}
+    return (
+        template_labels.get(PLUGIN_NAME_LABEL) == PLUGIN_NAME
+        or any(PLUGIN_IMAGE_NAME in str(c.get("image", "")) for c in containers)
+        or KUBELET_DEVICE_PLUGINS in mounts
+    )
+
+
+def _plugin_containers(resource_type: str, props: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """Every container of a device-plugin DaemonSet (_is_device_plugin)."""
+    if resource_type != Token.DAEMONSET or not _is_device_plugin(props):
+        return []
+    pod = _pod_spec(props)
+    return [*pod.get("initContainers", []), *pod.get("containers", [])]
 
 
 def _env(container: Mapping[str, Any]) -> dict[str, str | None]:
@@ -124,6 +144,61 @@ def plugin_nodes_have_label_patch(args: StackValidationArgs, report_violation: R
             )
 
 
+# What this program may create. A type outside it (a ClusterRoleBinding, a Pod, a Secret) is a change no
+# component makes: a broken or hostile program, refused before it reaches the cluster.
+ALLOWED_TYPES = frozenset(
+    {
+        Token.PROVIDER,
+        Token.NODE_PATCH,
+        Token.NAMESPACE,
+        Token.CONFIG_MAP,
+        Token.RESOURCE_QUOTA,
+        Token.DAEMONSET,
+        Token.RUNTIME_CLASS,
+        Token.NETWORK_POLICY,
+        Token.ADMISSION_POLICY,
+        Token.ADMISSION_BINDING,
+        Token.MUTATING_POLICY,
+        Token.MUTATING_BINDING,
+        Token.CLUSTER_POLICY_PATCH,
+        "pulumi:pulumi:Stack",
+    }
+)
+
+
+def only_known_types(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    if args.resource_type not in ALLOWED_TYPES and not args.resource_type.startswith(f"{PROJECT}:index:"):
+        report_violation(f"{args.resource_type} is not a type hidden-gpu creates", None)
+
+
+def _named(resources: list[Any], resource_type: str) -> dict[str, Any]:
+    return {str((r.props.get("metadata") or {}).get("name")): r for r in resources if r.resource_type == resource_type}
+
+
+def guard_present_and_failing_closed(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """Both admission policies and their bindings, failing closed and bound to every namespace, and each
+    binding either denying or warning and auditing: never a stack without its guard, or one that only logs."""
+    policies, bindings = _named(args.resources, Token.ADMISSION_POLICY), _named(args.resources, Token.ADMISSION_BINDING)
+    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME):
+        policy, binding = policies.get(name), bindings.get(name)
+        if policy is None or binding is None:
+            report_violation(f"the access guard's {'policy' if policy is None else 'binding'} {name} is missing", None)
+            continue
+        if (policy.props.get("spec") or {}).get("failurePolicy") != "Fail":
+            report_violation(f"ValidatingAdmissionPolicy {name} must fail closed (failurePolicy: Fail)", policy.urn)
+        spec = binding.props.get("spec") or {}
+        actions = sorted(spec.get("validationActions") or [])
+        if actions not in (["Deny"], ["Audit", "Warn"]):
+            report_violation(
+                f"binding {name}: validationActions {actions} neither deny nor warn and audit", binding.urn
+            )
+        scope = {k: v for k, v in (spec.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
+        if scope:
+            report_violation(
+                f"binding {name} is narrowed ({', '.join(sorted(scope))}): it must bind every namespace", binding.urn
+            )
+
+
 Validator = Callable[[ResourceValidationArgs, ReportViolation], None]
 RESOURCE_VALIDATORS: dict[str, tuple[str, Validator]] = {
     "device-plugin-unprivileged": (
@@ -142,11 +217,19 @@ RESOURCE_VALIDATORS: dict[str, tuple[str, Validator]] = {
         f"No RuntimeClass named {', '.join(OPERATOR_RUNTIME_CLASSES)}.",
         no_operator_runtime_class,
     ),
+    "only-known-resource-types": (
+        "Only the resource types hidden-gpu's components create.",
+        only_known_types,
+    ),
 }
 STACK_VALIDATORS = {
     "device-plugin-node-has-label-patch": (
         "Every node with a pinned plugin also gets the device-plugin=false label patch.",
         plugin_nodes_have_label_patch,
+    ),
+    "access-guard-present-and-failing-closed": (
+        "Both guard policies and bindings exist, fail closed, bind every namespace, and deny (or warn and audit).",
+        guard_present_and_failing_closed,
     ),
 }
 POLICIES: list[Policy] = [

@@ -146,8 +146,12 @@ def test_plugin_pinned_to_one_node(daemonset: Declared) -> None:
 
 
 def test_a_daemonset_that_is_not_a_device_plugin_is_ignored(daemonset: Declared) -> None:
+    """A log shipper: another image, another name label, no mount of the kubelet's device-plugin directory."""
     props = copy.deepcopy(daemonset.inputs)
     plugin_container(props)["image"] = "fluent/fluent-bit:3.1"
+    props["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"] = "fluent-bit"
+    pod = props["spec"]["template"]["spec"]
+    pod["volumes"] = [v for v in pod.get("volumes", []) if "device-plugins" not in str(v)]
     plugin_container(props)["securityContext"]["privileged"] = True
     del props["spec"]["template"]["spec"]["affinity"]
     for _, validator in RESOURCE_VALIDATORS.values():
@@ -189,3 +193,54 @@ def test_plugin_node_needs_its_label_patch() -> None:
             props["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] = "true"
         relabelled.append(policy_resource(r, props))
     assert len(stack_violations(relabelled)) == 1
+
+
+def test_a_plugin_is_judged_whatever_its_image_is_called(daemonset: Declared) -> None:
+    """A mirror's image name, or any other: the label verify selects by (or the kubelet mount) is enough."""
+    props = copy.deepcopy(daemonset.inputs)
+    container = plugin_container(props)
+    container["image"] = "registry.example.com/mirror/nvdp:v0.20.0"
+    container["securityContext"] = {"privileged": True}
+    assert violations(plugin_unprivileged, Token.DAEMONSET, props) != []
+    del props["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert violations(plugin_unprivileged, Token.DAEMONSET, props) != []  # still: it mounts the kubelet's dir
+
+
+def test_a_type_no_component_creates_is_refused() -> None:
+    from policy.rules import only_known_types  # noqa: PLC0415
+
+    binding = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+    assert violations(only_known_types, binding, {}) == [f"{binding} is not a type hidden-gpu creates"]
+    assert violations(only_known_types, Token.NODE_PATCH, {}) == []
+    assert violations(only_known_types, Token.HIDDEN_GPU_NODE, {}) == []
+
+
+def _guard_violations(resources: list[PolicyResource]) -> list[str]:
+    from policy.rules import guard_present_and_failing_closed  # noqa: PLC0415
+
+    found = Collected()
+    guard_present_and_failing_closed(StackValidationArgs(resources), found)
+    return list(found)
+
+
+@pytest.mark.parametrize("stack_file", STACK_FILES, ids=[p.name for p in STACK_FILES])
+def test_every_stack_has_its_guard(stack_file: Path) -> None:
+    rendered = render.render(stack_file)
+    assert _guard_violations([policy_resource(r) for r in rendered.run.resources]) == []
+
+
+def test_a_program_that_drops_or_weakens_the_guard_is_refused() -> None:
+    resources = [policy_resource(r) for r in run_program(valid_config(), "test").resources]
+    without = [r for r in resources if r.resource_type != Token.ADMISSION_BINDING]
+    assert _guard_violations(without) == [
+        "the access guard's binding hidden-gpu-access-guard is missing",
+        "the access guard's binding hidden-gpu-env-keys is missing",
+    ]
+    weakened = copy.deepcopy(resources)
+    for r in weakened:
+        if r.resource_type == Token.ADMISSION_POLICY:
+            r.props["spec"]["failurePolicy"] = "Ignore"
+        if r.resource_type == Token.ADMISSION_BINDING:
+            r.props["spec"]["validationActions"] = ["Audit"]
+            r.props["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"x": "y"}}}
+    assert len(_guard_violations(weakened)) == 6
