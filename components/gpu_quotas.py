@@ -26,12 +26,14 @@ class GpuQuotas(pulumi.ComponentResource):
         super().__init__(Token.GPU_QUOTAS, name, None, opts)
         self.quotas = {
             namespace: k8s.core.v1.ResourceQuota(
-                f"{namespace}-gpu-quota",
+                f"{name}-{namespace}",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
                     name=QUOTA_NAME, namespace=namespace, labels={PART_OF_LABEL: PART_OF}
                 ),
                 spec=k8s.core.v1.ResourceQuotaSpecArgs(hard={GPU_QUOTA_KEY: str(limit)}),
-                opts=pulumi.ResourceOptions(parent=self),
+                # Named off the component since this version; the alias keeps stacks' existing quotas as they
+                # are instead of deleting and creating them again.
+                opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=f"{namespace}-gpu-quota")]),
             )
             for namespace, limit in sorted(args.quotas.items())
         }

@@ -111,7 +111,8 @@ class HiddenGpuNode(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         self.label_patch = k8s.core.v1.NodePatch(
-            f"{node.name}-operator-labels",
+            # Children are named off the component's name (the program names it after the node).
+            f"{name}-operator-labels",
             metadata=k8s.meta.v1.ObjectMetaPatchArgs(
                 name=node.name,
                 labels=node_labels(node),
@@ -134,7 +135,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
             if args.pool_class is not None:
                 runtime_class = args.pool_class
             else:
-                self.runtime_class = _runtime_class(node, child)
+                self.runtime_class = _runtime_class(name, node, child)
                 runtime_class = self.runtime_class.metadata.name
             config = plugin_config(node)
             # The operator's plugin must be gone before ours registers the same kubelet socket; on
@@ -142,9 +143,10 @@ class HiddenGpuNode(pulumi.ComponentResource):
             # is one, must exist before the plugin's pods mount it.
             needs: list[pulumi.Resource] = [self.label_patch]
             if config is not None:
-                self.plugin_config = _config_map(node, args.plugin_namespace, config, child)
+                self.plugin_config = _config_map(name, node, args.plugin_namespace, config, child)
                 needs.append(self.plugin_config)
             self.device_plugin = _device_plugin(
+                name,
                 node,
                 plugin,
                 args.plugin_namespace,
@@ -211,9 +213,9 @@ def plugin_config(node: NodeConfig) -> str | None:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def _runtime_class(node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
+def _runtime_class(prefix: str, node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
     return k8s.node.v1.RuntimeClass(
-        f"{node.name}-runtime-class",
+        f"{prefix}-runtime-class",
         metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=plugin_labels(node.name)),
         handler=NVIDIA_RUNTIME_HANDLER,
         # Pods that pick this class land on this node: the nvidia runtime is only offered
@@ -225,10 +227,10 @@ def _runtime_class(node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v
 
 
 def _config_map(
-    node: NodeConfig, namespace: pulumi.Input[str], config: str, opts: pulumi.ResourceOptions
+    prefix: str, node: NodeConfig, namespace: pulumi.Input[str], config: str, opts: pulumi.ResourceOptions
 ) -> k8s.core.v1.ConfigMap:
     return k8s.core.v1.ConfigMap(
-        f"{node.name}-plugin-config",
+        f"{prefix}-plugin-config",
         metadata=k8s.meta.v1.ObjectMetaArgs(
             name=plugin_config_name(node.name), namespace=namespace, labels=plugin_labels(node.name)
         ),
@@ -327,6 +329,7 @@ def _volumes(
 
 
 def _device_plugin(
+    prefix: str,
     node: NodeConfig,
     plugin: DevicePluginConfig,
     namespace: pulumi.Input[str],
@@ -379,7 +382,7 @@ def _device_plugin(
     )
     checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
     return k8s.apps.v1.DaemonSet(
-        f"{node.name}-device-plugin",
+        f"{prefix}-device-plugin",
         metadata=k8s.meta.v1.ObjectMetaArgs(
             name=device_plugin_name(node.name),
             namespace=namespace,
