@@ -23,7 +23,7 @@ from typing import Any
 from cluster.kube import Reader, add_cluster_options, api_client
 from common.cli import EXIT_FINDING, EXIT_OK, UsageError, add_stack_source, parser, run, stack_file
 from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
-from components.stack_record import Claim
+from components.stack_claims import Claim
 from stack_config import parse_project_config, read_stack_file
 
 SWITCHES = (DEVICE_PLUGIN_LABEL, *OPERAND_LABELS.values())

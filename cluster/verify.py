@@ -42,7 +42,7 @@ from common.names import (
     VISIBLE_DEVICES_ENV,
     VOID_POLICY_NAME,
 )
-from components.access_guard import (
+from components.guard_rules import (
     NOT_EXEMPT,
     VALIDATION_ACTIONS,
     AccessGuardArgs,
@@ -53,8 +53,8 @@ from components.access_guard import (
     void_mutation,
     void_variables,
 )
-from components.hidden_gpu_node import node_labels, runtime_class_of
-from components.stack_record import Claim
+from components.node_labels import node_labels, runtime_class_of
+from components.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"

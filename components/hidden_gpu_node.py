@@ -15,7 +15,6 @@ from common.names import (
     CONFIG_CHECKSUM_ANNOTATION,
     CONTAINER_DRIVER_ROOT,
     DEV_NULL,
-    DEVICE_PLUGIN_LABEL,
     DEVICE_REQUEST_DIR,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
@@ -23,12 +22,10 @@ from common.names import (
     KUBELET_DEVICE_PLUGINS,
     NODE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
-    OPERAND_LABELS,
     PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_DIR,
     PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
-    POOL_LABEL,
     SCAN_SKIP_ANNOTATION_PREFIX,
     VISIBLE_DEVICES_ENV,
     DeviceListStrategy,
@@ -37,9 +34,9 @@ from common.names import (
     device_plugin_name,
     plugin_config_name,
     plugin_labels,
-    pool_class_name,
     runtime_class_name,
 )
+from components.node_labels import node_labels, runtime_class_of
 from stack_config.models import DevicePluginConfig, NodeConfig
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
@@ -165,32 +162,6 @@ class HiddenGpuNode(pulumi.ComponentResource):
             runtime_class=runtime_class_of(node)[0] if node.exposed_gpus else None,
         )
         self.register_outputs(self.summary.as_output())
-
-
-def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
-    """The RuntimeClass the node's pods name, and the node label and value it schedules by: the
-    pool's where the node has one, else the node's own."""
-    if node.pool:
-        return pool_class_name(node.pool), POOL_LABEL, node.pool
-    return runtime_class_name(node.name), NODE_LABEL, node.name
-
-
-def node_labels(node: NodeConfig) -> dict[str, str]:
-    """Everything the node patch sets: the operator's switches, and the labels the RuntimeClasses
-    schedule by (the node's own name, its pool)."""
-    return operator_labels(node) | {NODE_LABEL: node.name} | ({POOL_LABEL: node.pool} if node.pool else {})
-
-
-def operator_labels(node: NodeConfig) -> dict[str, str]:
-    """The GPU Operator's per-node switches: its device plugin always off, other operands as configured."""
-    labels = {DEVICE_PLUGIN_LABEL: "false"}
-    for field, label in OPERAND_LABELS.items():
-        wanted = getattr(node.operands, field)
-        # The validator's plugin check waits for an NVIDIA resource: a node with none never passes it
-        # (gpu-operator cmd/nvidia-validator/main.go, validateGPUResource).
-        if not (wanted if wanted is not None else bool(node.exposed_gpus)):
-            labels[label] = "false"
-    return labels
 
 
 def plugin_config(node: NodeConfig) -> str | None:

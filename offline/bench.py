@@ -31,7 +31,7 @@ import pulumi_kubernetes as k8s
 
 from common.cli import EXIT_OK, UsageError, parser, run
 from common.names import PROJECT, Token
-from components.stack_record import record_data
+from components.stack_claims import record_data
 from offline.program import run_callable, run_program
 from stack_config import parse_project_config
 

@@ -12,7 +12,7 @@ import pytest
 from cluster import release
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
 from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
-from components.stack_record import record_data
+from components.stack_claims import record_data
 from stack_config import NodeConfig
 from tests.support.fake_apiserver import Cluster, managed_fields, node, serve
 from tests.support.stacks import EXPOSED, HIDDEN, valid_config, write_stack

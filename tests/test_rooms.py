@@ -223,3 +223,11 @@ def test_every_name_common_names_owns_is_used() -> None:
         and len(re.findall(rf"\b{n}\b", own)) < 2
     ]
     assert unused == []
+
+
+@pytest.mark.subprocess
+def test_the_cluster_tools_do_not_load_pulumi() -> None:
+    """verify and release compare the cluster with plain data (guard_rules, node_labels, stack_claims)."""
+    check = "import sys, cluster.verify, cluster.release; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_kubernetes')))"
+    result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -14,7 +14,7 @@ import pytest
 from cluster import verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, Token
-from components.hidden_gpu_node import node_labels
+from components.node_labels import node_labels
 from offline.bench import synthetic_stack
 from offline.program import run_program
 from stack_config import parse_project_config, read_stack_file

@@ -1,0 +1,408 @@
+"""The access guard's rules, as plain data: what its admission policies judge (no Pulumi here: cluster.verify
+compares the live guard with them).
+
+Scheduling only decides who gets an NVIDIA resource; the container toolkit still gives a container
+whatever its final environment, its mounts, its privileges or its CDI annotations ask for. The
+rules are principles rather than lists of bad spellings (docs/security.md has every route, with the
+upstream lines): every container under an NVIDIA runtime either requests a positive NVIDIA
+resource or says `void`; the visible-devices variable is judged by the name the process finally
+sees; paths are judged in normal form, the device-request directory as the toolkit matches it;
+capabilities by an allow-list, compared as containerd compares; host paths only where allowed. On
+UPDATE only what the update adds is judged. The expressions are standard CEL, so the tests run them
+unchanged, and they type-check without warnings in the API server.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from common.names import (
+    CDI_ANNOTATION_DOMAIN,
+    CDI_ANNOTATION_PATTERN,
+    DEBUG_CAPABILITIES,
+    DEVICE_ENV,
+    DEVICE_REQUEST_DIR,
+    ENV_KEYS_POLICY_NAME,
+    HOST_NAMESPACE_FIELDS,
+    NO_GPU_VALUES,
+    NVIDIA_RESOURCE_PATTERN,
+    PARENT_SEGMENT_PATTERN,
+    POLICY_NAME,
+    PROJECT,
+    TOOLKIT_FEATURE_ENV,
+    VISIBLE_DEVICES_ENV,
+    GuardMode,
+)
+from stack_config.models import StackConfig
+
+VALIDATION_ACTIONS = {GuardMode.ENFORCE: ["Deny"], GuardMode.WARN: ["Warn", "Audit"], GuardMode.AUDIT: ["Audit"]}
+# Separators filepath.Clean folds into one "/": repeated slashes and "." segments.
+_SEPARATOR = r"/(\.?/)*"
+
+
+def _request_dir_pattern(directory: str) -> str:
+    """A raw mount path whose cleaned form starts with the directory, as the toolkit matches it: a bare
+    string prefix of the cleaned destination (cuda_image.go, requestsFromMounts), no separator needed after."""
+    return "^" + "".join(_SEPARATOR + segment.replace(".", r"\.") for segment in directory.strip("/").split("/"))
+
+
+# /run is where /var/run points in most images.
+DEVICE_REQUEST_PATTERNS = [
+    _request_dir_pattern(d) for d in (DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/var"))
+]
+# A positive quantity: a non-zero digit in the number before any exponent or suffix ("0", "0e3" are not).
+POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
+# Pods, and `kubectl debug`'s way of adding a container to a running one.
+POD_RESOURCES = ["pods", "pods/ephemeralcontainers"]
+# What envFrom turns into environment variables.
+ENV_KEYS_RESOURCES = ["configmaps", "secrets"]
+# The pod's container lists, in the order the kubelet starts them.
+CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+# Both pod policies judge CREATE and UPDATE apart.
+CREATING = ("creating", "request.operation == 'CREATE'")
+# What the optional mutating policy sets: the toolkit gives a container with it no GPU.
+VOID = NO_GPU_VALUES[0]
+REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
+
+
+def cel(value: object) -> str:
+    """A CEL literal: JSON strings and lists of strings are CEL literals too."""
+    return json.dumps(value)
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    expression: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One ValidatingAdmissionPolicy: its name, what it matches, its variables and rules."""
+
+    name: str
+    resources: list[str]
+    variables: list[tuple[str, str]]
+    rules: list[Rule]
+
+
+@dataclass(frozen=True)
+class AccessGuardArgs:
+    """The guard's settings; `of(stack)` takes them from a validated stack."""
+
+    mode: GuardMode
+    """enforce (deny), warn (admit, warn, audit) or audit (annotate only)."""
+    exempt_namespaces: list[str]
+    """Namespaces the guard does not check: trusted system namespaces and the plugin's."""
+    exempt_namespace_labels: dict[str, str]
+    """Label pairs that exempt a namespace carrying any of them."""
+    allowed_host_paths: list[str]
+    """Host paths tenant pods may mount, exactly, read-only."""
+    allowed_capabilities: list[str]
+    """Capabilities tenant containers may add."""
+    plain_runtime_classes: list[str]
+    """RuntimeClasses whose handler does not run the NVIDIA toolkit; a pod naming any other is judged as under it."""
+    nvidia_is_default_runtime: bool
+    """Every container runs the toolkit, whatever its RuntimeClass."""
+    allow_resource_claims: bool
+    """Admit pods with resourceClaims."""
+    add_void: bool
+    """Also declare the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void to new containers that would
+    otherwise be denied for lack of a GPU request."""
+
+    @classmethod
+    def of(cls, stack: StackConfig) -> AccessGuardArgs:
+        guard = stack.guard
+        return cls(
+            mode=guard.mode,
+            exempt_namespaces=stack.exempt_namespaces,
+            exempt_namespace_labels=dict(guard.exempt_namespace_labels),
+            allowed_host_paths=list(guard.allowed_host_paths),
+            allowed_capabilities=list(guard.allowed_capabilities),
+            plain_runtime_classes=list(guard.plain_runtime_classes),
+            nvidia_is_default_runtime=guard.nvidia_is_default_runtime,
+            allow_resource_claims=guard.allow_resource_claims,
+            add_void=guard.add_void,
+        )
+
+
+def _listed(obj: str, kinds: tuple[str, ...]) -> str:
+    """The containers of these kinds of a pod object (`dyn`: each kind has its own element type)."""
+    return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in kinds)
+
+
+def nvidia_runtime(args: AccessGuardArgs) -> str:
+    """CEL: the pod's containers may run under the NVIDIA toolkit. A list of NVIDIA classes is never
+    complete (k3s ships `nvidia-experimental`, an admin adds their own), so every named class counts
+    unless the stack lists it as plain; judging a plain pod so costs it only a `void`."""
+    if args.nvidia_is_default_runtime:
+        return "true"
+    return (
+        "has(object.spec.runtimeClassName) && object.spec.runtimeClassName != ''"
+        f" && !(object.spec.runtimeClassName in {cel(sorted(args.plain_runtime_classes))})"
+    )
+
+
+def _new_ephemeral() -> str:
+    """On `kubectl debug`'s UPDATE, the ephemeral containers oldObject lacks, by name: names are unique
+    in a pod and existing ephemeral containers cannot change, so one string compare per pair."""
+    return (
+        "request.subResource != 'ephemeralcontainers' || !has(object.spec.ephemeralContainers) ? []"
+        " : object.spec.ephemeralContainers.filter(c, oldObject == null || !has(oldObject.spec.ephemeralContainers)"
+        " || !oldObject.spec.ephemeralContainers.exists(o, o.name == c.name))"
+    )
+
+
+def variables(args: AccessGuardArgs) -> list[tuple[str, str]]:
+    allowed_paths = cel(sorted(args.allowed_host_paths))
+    return [
+        CREATING,
+        # What this request adds. CREATE: every container. UPDATE: only `kubectl debug`'s new ephemeral
+        # containers; a pod update may change nothing else of a container but its image (the API server's
+        # ValidatePodUpdate, which runs before validating admission), and no rule here reads the image.
+        ("regularContainers", f"variables.creating ? {_listed('object', CONTAINER_KINDS[:2])} : []"),
+        (
+            "debugContainers",
+            f"variables.creating ? {_listed('object', CONTAINER_KINDS[2:])} : {_new_ephemeral()}",
+        ),
+        ("containers", "dyn(variables.regularContainers) + dyn(variables.debugContainers)"),
+        ("nvidiaRuntime", nvidia_runtime(args)),
+        # The kubelet refuses a pod whose os.name is not its node's; Windows paths follow other rules.
+        ("linux", "!has(object.spec.os) || object.spec.os.name != 'windows'"),
+        (
+            "hostPathVolumes",
+            "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)).map(v, v.name) : []",
+        ),
+        (
+            "allowedHostPathVolumes",
+            "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)"
+            f" && v.hostPath.path in {allowed_paths}).map(v, v.name) : []",
+        ),
+    ]
+
+
+def _sets_no_gpu(env: str) -> str:
+    return f"{env}.name == {cel(VISIBLE_DEVICES_ENV)} && has({env}.value) && {env}.value in {cel(list(NO_GPU_VALUES))}"
+
+
+def _requests_nvidia(c: str) -> str:
+    return (
+        f"has({c}.resources) && has({c}.resources.limits) && {c}.resources.limits.exists(k,"
+        f" k.matches({cel(NVIDIA_RESOURCE_PATTERN)}) && {c}.resources.limits[k].matches({cel(POSITIVE_QUANTITY)}))"
+    )
+
+
+def _names_visible_devices(c: str) -> str:
+    return f"has({c}.env) && {c}.env.exists(e, e.name == {cel(VISIBLE_DEVICES_ENV)})"
+
+
+def _capability_pattern(allowed: list[str]) -> str:
+    return "(?i)^(CAP_)?(" + "|".join(sorted(allowed)) + ")$" if allowed else "^$"
+
+
+def _adds_only(containers: str, allowed: list[str]) -> str:
+    return (
+        f"{containers}.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
+        " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a,"
+        f" a.matches({cel(_capability_pattern(allowed))})))"
+    )
+
+
+def _spec_flag(field: str) -> str:
+    return f"(has(object.spec.{field}) && object.spec.{field})"
+
+
+def rules(args: AccessGuardArgs) -> list[Rule]:
+    mounts = "variables.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {}))"
+    request_mounts = " && ".join(f"!m.mountPath.matches({cel(p)})" for p in DEVICE_REQUEST_PATTERNS)
+    debug_capabilities = sorted({*args.allowed_capabilities, *DEBUG_CAPABILITIES})
+    return [
+        Rule(
+            "node-name",
+            "!variables.creating || !has(object.spec.nodeName) || object.spec.nodeName == ''",
+            "spec.nodeName skips the scheduler, and the kubelet then drops any NVIDIA request its node does not "
+            "serve, leaving the image's NVIDIA_VISIBLE_DEVICES (=all in CUDA images) to pick the GPUs: choose the "
+            "node with nodeSelector kubernetes.io/hostname or node affinity instead",
+        ),
+        Rule(
+            "host-namespaces",
+            "!variables.creating || !(" + " || ".join(_spec_flag(f) for f in HOST_NAMESPACE_FIELDS) + ")",
+            "hostPID, hostIPC and hostNetwork are not allowed here: the host's process namespace reaches other "
+            "workloads' open GPU devices, its network host-local GPU services (a DCGM host engine)",
+        ),
+        Rule(
+            "gpu-runtime-needs-a-request",
+            "!variables.nvidiaRuntime || variables.containers.all(c, "
+            f"({_requests_nvidia('c')}) || (has(c.env) && c.env.exists(e, {_sets_no_gpu('e')})))",
+            "under an NVIDIA runtime class (any RuntimeClass the stack does not list as plain) every container, init "
+            f"and debug containers too, must {REQUEST} with a positive quantity, or set env "
+            "NVIDIA_VISIBLE_DEVICES=void: otherwise the image's own NVIDIA_VISIBLE_DEVICES (=all in CUDA images) "
+            "decides which GPUs it sees",
+        ),
+        Rule(
+            "visible-devices-env",
+            f"!variables.containers.exists(c, has(c.env) && c.env.exists(e, e.name == {cel(VISIBLE_DEVICES_ENV)}"
+            f" && !({_sets_no_gpu('e')})))",
+            "containers may set NVIDIA_VISIBLE_DEVICES only to void or none (no GPU), as a literal value: "
+            f"to get a GPU, {REQUEST} and the device plugin chooses it",
+        ),
+        Rule(
+            "toolkit-feature-env",
+            "!variables.containers.exists(c, has(c.env)"
+            f" && c.env.exists(e, e.name in {cel(list(TOOLKIT_FEATURE_ENV))}))",
+            f"containers may not set {', '.join(TOOLKIT_FEATURE_ENV)}: they make the NVIDIA toolkit add the node's "
+            "NVSwitch, InfiniBand, GPUDirect Storage, GDRCopy or IMEX devices, shared with every other workload: drop "
+            "them, or ask the platform team to exempt a namespace trusted with them",
+        ),
+        Rule(
+            "visible-devices-env-from",
+            "!variables.containers.exists(c, has(c.envFrom) && c.envFrom.exists(f, has(f.prefix)"
+            f" && f.prefix != '' && {cel(list(DEVICE_ENV))}.exists(n, n.startsWith(f.prefix))))",
+            "an envFrom prefix may not begin NVIDIA_VISIBLE_DEVICES or a toolkit feature variable (the kubelet "
+            "prepends it to each key, and the result picks devices past the device plugin): choose another prefix",
+        ),
+        Rule(
+            "host-path-volumes",
+            "!variables.creating || size(variables.hostPathVolumes) == size(variables.allowedHostPathVolumes)",
+            "hostPath volumes are not allowed in this namespace (a host path can reach GPU devices, the "
+            "kubelet's device-plugin socket, the container runtime or the toolkit's config); ask the platform "
+            "team to allow the exact path (guard.allowedHostPaths), read-only",
+        ),
+        Rule(
+            "host-path-mounts-read-only",
+            # A volume that is not allowed at all is host-path-volumes' to report, on CREATE; a debug
+            # container added later may not mount it either.
+            mounts.format(
+                "!(m.name in variables.hostPathVolumes) || (m.name in variables.allowedHostPathVolumes"
+                " ? has(m.readOnly) && m.readOnly : variables.creating)"
+            ),
+            "a hostPath volume may only be mounted with readOnly: true, and only one this namespace allows",
+        ),
+        Rule(
+            "mount-paths-normal",
+            "!variables.linux || "
+            + mounts.format(f"m.mountPath.startsWith('/') && !m.mountPath.matches({cel(PARENT_SEGMENT_PATTERN)})"),
+            "mountPath must be absolute, without a .. segment (write it in normal form): the NVIDIA toolkit resolves "
+            "paths before it reads device requests from them",
+        ),
+        Rule(
+            "device-request-mounts",
+            "!variables.linux || " + mounts.format(request_mounts),
+            f"nothing may be mounted at or under {DEVICE_REQUEST_DIR} (or a path that merely starts with it, "
+            f"however spelt): the NVIDIA toolkit reads device requests there; {REQUEST}",
+        ),
+        Rule(
+            "privileged",
+            "!variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.privileged)"
+            " && c.securityContext.privileged)",
+            f"privileged containers see every GPU of the node: drop privileged and {REQUEST}",
+        ),
+        Rule(
+            "capabilities",
+            _adds_only("variables.regularContainers", args.allowed_capabilities)
+            + " && "
+            + _adds_only("variables.debugContainers", debug_capabilities),
+            "a container may add only the capabilities this namespace allows ("
+            + (", ".join(sorted(args.allowed_capabilities)) or "none")
+            + "; a kubectl debug container also "
+            + ", ".join(DEBUG_CAPABILITIES)
+            + "); the NVIDIA toolkit treats SYS_ADMIN (in any spelling) as privileged: every GPU",
+        ),
+        Rule(
+            "cdi-annotations",
+            "!(has(object.metadata.annotations) && object.metadata.annotations.exists(k,"
+            f" k.matches({cel(CDI_ANNOTATION_PATTERN)}) && (variables.creating || oldObject == null"
+            " || !has(oldObject.metadata.annotations) || !(k in oldObject.metadata.annotations)"
+            " || oldObject.metadata.annotations[k] != object.metadata.annotations[k])))",
+            f"annotations in the {CDI_ANNOTATION_DOMAIN} domain (cdi.k8s.io/..., nvidia.cdi.k8s.io/...) inject "
+            f"devices directly, past the device plugin: {REQUEST}",
+        ),
+        Rule(
+            "resource-claims",
+            "true"
+            if args.allow_resource_claims
+            else "!variables.creating || !has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0",
+            "resourceClaims (Dynamic Resource Allocation) are not allowed here: a DRA driver would hand out "
+            f"devices the stack does not list; {REQUEST}",
+        ),
+    ]
+
+
+ENV_KEY_RULE = Rule(
+    "no-visible-devices-key",
+    f"!has(object.data) || !object.data.exists(k, k in {cel(list(DEVICE_ENV))})",
+    "ConfigMaps and Secrets here may not carry a key NVIDIA_VISIBLE_DEVICES (or "
+    + ", ".join(TOOLKIT_FEATURE_ENV)
+    + "): a container's envFrom would turn it into a variable that picks devices, over the device plugin's "
+    "choice; set env NVIDIA_VISIBLE_DEVICES=void in the container instead, or request a GPU",
+)
+
+
+def void_variables() -> list[tuple[str, str]]:
+    """Per container kind, the names of the new containers the pod rules would deny for want of a GPU request:
+    no positive NVIDIA request and no NVIDIA_VISIBLE_DEVICES of their own. New: every one on CREATE; on UPDATE
+    (`kubectl debug`) those oldObject lacks. A container that requests a GPU is never among them."""
+    result = [CREATING]
+    for kind in CONTAINER_KINDS:
+        new = (
+            f"variables.creating || oldObject == null || !has(oldObject.spec.{kind})"
+            f" || !oldObject.spec.{kind}.exists(o, o.name == c.name)"
+        )
+        result.append(
+            (
+                f"{kind}ToVoid",
+                f"!has(object.spec.{kind}) ? [] : object.spec.{kind}.filter(c, !({_requests_nvidia('c')})"
+                f" && !({_names_visible_devices('c')}) && ({new})).map(c, c.name)",
+            )
+        )
+    return result
+
+
+def void_mutation() -> str:
+    """CEL: an apply configuration that adds NVIDIA_VISIBLE_DEVICES=void to exactly the containers
+    void_variables names. Pod container lists and env are lists keyed by name, so the API server's
+    merge keeps every container and variable it does not name (docs/security.md has the lines)."""
+
+    def named(kind: str) -> str:
+        item = f"Object.spec.{kind}"
+        env = f"{item}.env{{name: {cel(VISIBLE_DEVICES_ENV)}, value: {cel(VOID)}}}"
+        return f"variables.{kind}ToVoid.map(n, {item}{{name: n, env: [{env}]}})"
+
+    fields = ", ".join(f"{kind}: {named(kind)}" for kind in CONTAINER_KINDS)
+    return f"Object{{spec: Object.spec{{{fields}}}}}"
+
+
+def denial(rule: Rule) -> str:
+    """What a denied user reads: which rule, why, and what to do instead."""
+    return f"{PROJECT} guard, rule {rule.name}: {rule.message}"
+
+
+def exemption(args: AccessGuardArgs) -> str:
+    """CEL: the request is in a namespace the guard trusts, by name or by label."""
+    by_name = f"request.namespace in {cel(sorted(args.exempt_namespaces))}"
+    if not args.exempt_namespace_labels:
+        return by_name
+    pairs = " || ".join(
+        f"(has(namespaceObject.metadata.labels) && {cel(key)} in namespaceObject.metadata.labels"
+        f" && namespaceObject.metadata.labels[{cel(key)}] == {cel(value)})"
+        for key, value in sorted(args.exempt_namespace_labels.items())
+    )
+    return f"{by_name} || (namespaceObject != null && ({pairs}))"
+
+
+def resource_rule(resources: list[str]) -> dict[str, list[str]]:
+    """Creates and updates of these core (v1) resources and subresources, in wire names (verify reads them)."""
+    return {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
+
+
+def policy_specs(args: AccessGuardArgs) -> tuple[PolicySpec, PolicySpec]:
+    """The two ValidatingAdmissionPolicies: over pods, and over the keys envFrom turns into env."""
+    return (
+        PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args)),
+        PolicySpec(ENV_KEYS_POLICY_NAME, ENV_KEYS_RESOURCES, [], [ENV_KEY_RULE]),
+    )
+
+
+NOT_EXEMPT = "not-exempt-namespace"

@@ -1,0 +1,40 @@
+"""What a hidden node is labelled with, and the RuntimeClass its pods name: plain data, no Pulumi
+(cluster.verify checks the live node against it)."""
+
+from __future__ import annotations
+
+from common.names import (
+    DEVICE_PLUGIN_LABEL,
+    NODE_LABEL,
+    OPERAND_LABELS,
+    POOL_LABEL,
+    pool_class_name,
+    runtime_class_name,
+)
+from stack_config.models import NodeConfig
+
+
+def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
+    """The RuntimeClass the node's pods name, and the node label and value it schedules by: the
+    pool's where the node has one, else the node's own."""
+    if node.pool:
+        return pool_class_name(node.pool), POOL_LABEL, node.pool
+    return runtime_class_name(node.name), NODE_LABEL, node.name
+
+
+def node_labels(node: NodeConfig) -> dict[str, str]:
+    """Everything the node patch sets: the operator's switches, and the labels the RuntimeClasses
+    schedule by (the node's own name, its pool)."""
+    return operator_labels(node) | {NODE_LABEL: node.name} | ({POOL_LABEL: node.pool} if node.pool else {})
+
+
+def operator_labels(node: NodeConfig) -> dict[str, str]:
+    """The GPU Operator's per-node switches: its device plugin always off, other operands as configured."""
+    labels = {DEVICE_PLUGIN_LABEL: "false"}
+    for field, label in OPERAND_LABELS.items():
+        wanted = getattr(node.operands, field)
+        # The validator's plugin check waits for an NVIDIA resource: a node with none never passes it
+        # (gpu-operator cmd/nvidia-validator/main.go, validateGPUResource).
+        if not (wanted if wanted is not None else bool(node.exposed_gpus)):
+            labels[label] = "false"
+    return labels
