@@ -63,7 +63,9 @@ def program() -> None:
     runpy.run_path(str(PROGRAM), run_name="__main__")
 
 
-def pulumi_stack(work: Path, name: str, *, own_project_file: bool = False) -> auto.Stack:
+def pulumi_stack(
+    work: Path, name: str, *, own_project_file: bool = False, inline: Callable[[], None] = program
+) -> auto.Stack:
     """A stack of this program in `work` (its Pulumi.<name>.yaml), with a file backend and a passphrase
     there, run by the pinned CLI and provider of e2e/.bin, nothing downloaded."""
     (work / "state").mkdir(exist_ok=True)
@@ -80,7 +82,7 @@ def pulumi_stack(work: Path, name: str, *, own_project_file: bool = False) -> au
     # own_project_file: the test wrote work/Pulumi.yaml itself (with project-level config, say).
     settings = None if own_project_file else auto.ProjectSettings(name=PROJECT, runtime="python")
     options = auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env, project_settings=settings)
-    return auto.create_or_select_stack(stack_name=name, project_name=PROJECT, program=program, opts=options)
+    return auto.create_or_select_stack(stack_name=name, project_name=PROJECT, program=inline, opts=options)
 
 
 class FakeKubelet(threading.Thread):
