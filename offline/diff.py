@@ -168,7 +168,12 @@ def identity_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
 def diff(base_dir: Path, head_dir: Path) -> str:
     base, head = _load(base_dir), _load(head_dir)
     base_graph, head_graph = _graph(base_dir), _graph(head_dir)
-    lines = gpu_moves(base_graph, head_graph) + identity_changes(base_graph, head_graph)
+    if base_graph and head_graph:
+        lines = gpu_moves(base_graph, head_graph) + identity_changes(base_graph, head_graph)
+    elif base_graph or head_graph:  # a render from before the graph existed: nothing to compare it with
+        lines = [f"  ({'base' if not base_graph else 'head'} render has no {GRAPH_FILE}: identity not compared)"]
+    else:
+        lines = []
     for name in sorted(set(base) | set(head)):
         if name not in head:
             lines.append(f"- removed {name}")

@@ -108,3 +108,12 @@ def test_a_dropped_retain_on_delete_shows(tmp_path: Path) -> None:
     next(r for r in graph["resources"] if r.get("file") == "nodepatch.gpu-node-02.yaml")["retainOnDelete"] = False
     (head / GRAPH_FILE).write_text(json.dumps(graph))
     assert diff.diff(base, head).splitlines() == ["! nodepatch.gpu-node-02.yaml: retainOnDelete true -> false"]
+
+
+def test_a_render_from_before_the_graph_is_compared_by_objects_only(tmp_path: Path) -> None:
+    """The first review after the graph came compares with a base rendered without one: no flood of
+    'not listed' lines, one note."""
+    base = render_config(tmp_path, "base", valid_config())
+    head = render_config(tmp_path, "head", valid_config())
+    (base / GRAPH_FILE).unlink()
+    assert diff.diff(base, head) == f"  (base render has no {GRAPH_FILE}: identity not compared)"
