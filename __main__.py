@@ -22,6 +22,7 @@ from components import (
     ToolkitSettingsArgs,
 )
 from components.sdk import full_config
+from components.stack_claims import exposed_by_node
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
 from stack_config.reviewed import check_reviewed
 
@@ -64,7 +65,9 @@ nodes = [
     HiddenGpuNode(node.name, HiddenGpuNodeArgs(node, plugin, namespace.name, pools.get(node.pool or "")), with_provider)
     for node in stack.nodes
 ]
-StackRecord("stack-record", StackRecordArgs(pulumi.get_stack(), namespace.name, stack.nodes), with_provider)
+StackRecord(
+    "stack-record", StackRecordArgs(pulumi.get_stack(), namespace.name, exposed_by_node(stack.nodes)), with_provider
+)
 GpuQuotas("gpu-quotas", GpuQuotasArgs(stack.quotas), with_provider)
 AccessGuard("access-guard", AccessGuardArgs.of(stack), with_provider)
 if stack.cluster_policy.patch:

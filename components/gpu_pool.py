@@ -1,7 +1,5 @@
 """GpuPool: one RuntimeClass for a pool of interchangeable shared nodes."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import pulumi

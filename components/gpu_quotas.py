@@ -1,7 +1,5 @@
 """GpuQuotas: how many nvidia.com/gpu each tenant namespace may request."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import pulumi

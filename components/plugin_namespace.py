@@ -1,7 +1,5 @@
 """PluginNamespace: where the pinned device plugins run, and the network they do not need."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import pulumi

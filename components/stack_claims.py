@@ -11,12 +11,19 @@ from common.names import RECORD_NODE_PREFIX, STACK_RECORD_KEY
 from stack_config import NodeConfig
 
 
-def record_data(stack: str, nodes: Sequence[NodeConfig]) -> dict[str, str]:
+def exposed_by_node(nodes: Sequence[NodeConfig]) -> dict[str, list[str]]:
+    """Node name -> its exposed UUIDs: all a stack's record says about it."""
+    return {n.name: list(n.exposed_gpus) for n in nodes}
+
+
+def record_data(stack: str, exposed: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """The record's data: `stack`, and one `node.<name>` key per node holding its exposed UUIDs, comma-separated.
     Exposed UUIDs only: the cluster must not learn a hidden GPU exists (the plugin's env names the exposed
     ones anyway); a stack checks its hidden UUIDs against the others' exposed ones. A key per node keeps
     the review's diff to one line per node."""
-    return {STACK_RECORD_KEY: stack} | {f"{RECORD_NODE_PREFIX}{n.name}": ",".join(n.exposed_gpus) for n in nodes}
+    return {STACK_RECORD_KEY: stack} | {
+        f"{RECORD_NODE_PREFIX}{node}": ",".join(uuids) for node, uuids in exposed.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class Claim:
     @classmethod
     def declared(cls, stack: str, nodes: Sequence[NodeConfig]) -> Claim:
         """The record this stack's program writes."""
-        return cls.parse(record_data(stack, nodes), "the stack file")
+        return cls.parse(record_data(stack, exposed_by_node(nodes)), "the stack file")
 
     def lists(self, node: str) -> bool:
         return node in self.nodes or "*" in self.nodes

@@ -5,9 +5,6 @@
 handed them. Deleted on destroy (unlike the node patches): a destroyed stack no longer claims its nodes.
 """
 
-from __future__ import annotations
-
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -21,7 +18,6 @@ from common.names import (
     stack_record_name,
 )
 from components.stack_claims import record_data
-from stack_config import NodeConfig
 
 
 @dataclass(frozen=True)
@@ -30,8 +26,8 @@ class StackRecordArgs:
     """The Pulumi stack's name."""
     namespace: pulumi.Input[str]
     """Where the record lives: the plugin namespace."""
-    nodes: Sequence[NodeConfig]
-    """The stack's nodes."""
+    exposed: dict[str, list[str]]
+    """Node name -> the UUIDs it exposes (never a hidden one: the cluster must not learn those)."""
 
 
 class StackRecord(pulumi.ComponentResource):
@@ -48,7 +44,7 @@ class StackRecord(pulumi.ComponentResource):
                 namespace=args.namespace,
                 labels={PART_OF_LABEL: PART_OF, STACK_LABEL: stack_record_name(args.stack)},
             ),
-            data=record_data(args.stack, args.nodes),
+            data=record_data(args.stack, args.exposed),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"name": self.config_map.metadata.name})

@@ -31,7 +31,7 @@ import pulumi_kubernetes as k8s
 
 from common.cli import EXIT_OK, UsageError, parser, run
 from common.names import PROJECT, Token
-from components.stack_claims import record_data
+from components.stack_claims import exposed_by_node, record_data
 from offline.program import run_callable, run_program
 from stack_config import parse_project_config
 
@@ -80,7 +80,7 @@ def baseline_objects(nodes: int) -> list[tuple[str, str, dict[str, Any]]]:
     records = [r for r in template if Token.STACK_RECORD in r.parent]
     per_node = [r for r in template if r not in records and one_node["name"] in json.dumps(r.inputs)]
     shared = [(r.type, r.name, r.inputs) for r in template if r not in per_node and r not in records]
-    listed = record_data("bench", parse_project_config(synthetic_stack(nodes)).nodes)
+    listed = record_data("bench", exposed_by_node(parse_project_config(synthetic_stack(nodes)).nodes))
     objects = shared + [(r.type, r.name, r.inputs | {"data": listed}) for r in records]
     for node in synthetic_stack(nodes)[f"{PROJECT}:nodes"]:
         replacements = {one_node["name"]: node["name"]}

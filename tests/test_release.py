@@ -12,7 +12,7 @@ import pytest
 from cluster import release
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
 from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
-from components.stack_claims import record_data
+from components.stack_claims import exposed_by_node, record_data
 from stack_config import NodeConfig
 from tests.support.fake_apiserver import Cluster, managed_fields, node, serve
 from tests.support.stacks import EXPOSED, HIDDEN, valid_config, write_stack
@@ -34,7 +34,7 @@ def record(stack: str, node_name: str) -> dict[str, Any]:
     name = f"hidden-gpu-stack-{stack}"
     return {
         "metadata": {"name": name, "namespace": "hidden-gpu-system", "labels": {STACK_LABEL: stack}},
-        "data": record_data(stack, [listed]),
+        "data": record_data(stack, exposed_by_node([listed])),
     }
 
 
