@@ -55,10 +55,10 @@ with_provider = pulumi.ResourceOptions(provider=provider)
 plugin = stack.device_plugin
 
 namespace = PluginNamespace(
-    "device-plugin", PluginNamespaceArgs(plugin.namespace, plugin.create_namespace), with_provider
+    "device-plugin", PluginNamespaceArgs(namespace=plugin.namespace, create=plugin.create_namespace), with_provider
 )
 pools = {
-    pool: GpuPool(f"pool-{pool}", GpuPoolArgs(pool), with_provider).runtime_class.metadata.name
+    pool: GpuPool(f"pool-{pool}", GpuPoolArgs(pool=pool), with_provider).runtime_class.metadata.name
     for pool in sorted({node.pool for node in stack.nodes if node.pool and node.exposed_gpus})
 }
 nodes = [
@@ -66,9 +66,11 @@ nodes = [
     for node in stack.nodes
 ]
 StackRecord(
-    "stack-record", StackRecordArgs(pulumi.get_stack(), namespace.name, exposed_by_node(stack.nodes)), with_provider
+    "stack-record",
+    StackRecordArgs(stack=pulumi.get_stack(), namespace=namespace.name, exposed=exposed_by_node(stack.nodes)),
+    with_provider,
 )
-GpuQuotas("gpu-quotas", GpuQuotasArgs(stack.quotas), with_provider)
+GpuQuotas("gpu-quotas", GpuQuotasArgs(quotas=stack.quotas), with_provider)
 AccessGuard("access-guard", AccessGuardArgs.of(stack), with_provider)
 if stack.cluster_policy.patch:
     ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(stack.cluster_policy.name), with_provider)

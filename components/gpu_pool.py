@@ -1,6 +1,6 @@
 """GpuPool: one RuntimeClass for a pool of interchangeable shared nodes."""
 
-from dataclasses import dataclass
+from typing import TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -8,8 +8,9 @@ import pulumi_kubernetes as k8s
 from common.names import NVIDIA_RUNTIME_HANDLER, PART_OF, PART_OF_LABEL, POOL_LABEL, Token, pool_class_name
 
 
-@dataclass(frozen=True)
-class GpuPoolArgs:
+class GpuPoolArgs(TypedDict):
+    """A TypedDict: what Pulumi's component provider hands the component (package/)."""
+
     pool: str
     """The pool's name, as the nodes' `pool:` key says it; the node patches label them with it."""
 
@@ -26,10 +27,10 @@ class GpuPool(pulumi.ComponentResource):
         self.runtime_class = k8s.node.v1.RuntimeClass(
             f"{name}-runtime-class",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=pool_class_name(args.pool), labels={PART_OF_LABEL: PART_OF, POOL_LABEL: args.pool}
+                name=pool_class_name(args["pool"]), labels={PART_OF_LABEL: PART_OF, POOL_LABEL: args["pool"]}
             ),
             handler=NVIDIA_RUNTIME_HANDLER,
-            scheduling=k8s.node.v1.SchedulingArgs(node_selector={POOL_LABEL: args.pool}),
+            scheduling=k8s.node.v1.SchedulingArgs(node_selector={POOL_LABEL: args["pool"]}),
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"runtimeClass": pool_class_name(args.pool)})
+        self.register_outputs({"runtimeClass": pool_class_name(args["pool"])})

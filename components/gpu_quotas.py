@@ -1,6 +1,6 @@
 """GpuQuotas: how many nvidia.com/gpu each tenant namespace may request."""
 
-from dataclasses import dataclass
+from typing import TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -8,8 +8,7 @@ import pulumi_kubernetes as k8s
 from common.names import GPU_QUOTA_KEY, PART_OF, PART_OF_LABEL, QUOTA_NAME, Token
 
 
-@dataclass(frozen=True)
-class GpuQuotasArgs:
+class GpuQuotasArgs(TypedDict):
     quotas: dict[str, int]
     """Namespace -> the most nvidia.com/gpu its pods may request together."""
 
@@ -33,6 +32,6 @@ class GpuQuotas(pulumi.ComponentResource):
                 # are instead of deleting and creating them again.
                 opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=f"{namespace}-gpu-quota")]),
             )
-            for namespace, limit in sorted(args.quotas.items())
+            for namespace, limit in sorted(args["quotas"].items())
         }
-        self.register_outputs({"namespaces": sorted(args.quotas)})
+        self.register_outputs({"namespaces": sorted(args["quotas"])})

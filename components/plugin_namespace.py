@@ -1,6 +1,6 @@
 """PluginNamespace: where the pinned device plugins run, and the network they do not need."""
 
-from dataclasses import dataclass
+from typing import TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -16,8 +16,7 @@ from common.names import (
 )
 
 
-@dataclass(frozen=True)
-class PluginNamespaceArgs:
+class PluginNamespaceArgs(TypedDict):
     namespace: str
     """The namespace's name."""
     create: bool
@@ -40,11 +39,11 @@ class PluginNamespace(pulumi.ComponentResource):
     def __init__(self, name: str, args: PluginNamespaceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.PLUGIN_NAMESPACE, name, None, opts)
         labels = {PART_OF_LABEL: PART_OF}
-        if args.create:
+        if args["create"]:
             namespace = k8s.core.v1.Namespace(
                 f"{name}-namespace",
                 metadata=k8s.meta.v1.ObjectMetaArgs(
-                    name=args.namespace, labels={**labels, POD_SECURITY_ENFORCE_LABEL: "privileged"}
+                    name=args["namespace"], labels={**labels, POD_SECURITY_ENFORCE_LABEL: "privileged"}
                 ),
                 # Deleting a namespace deletes everything in it: flipping createNamespace or
                 # leaving the stack leaves it (and whatever else runs there) in place.
@@ -52,7 +51,7 @@ class PluginNamespace(pulumi.ComponentResource):
             )
             self.name = namespace.metadata.name
         else:
-            self.name = pulumi.Output.from_input(args.namespace)
+            self.name = pulumi.Output.from_input(args["namespace"])
         self.network_policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-no-network",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=PLUGIN_NETWORK_POLICY, namespace=self.name, labels=labels),

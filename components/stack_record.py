@@ -5,7 +5,7 @@
 handed them. Deleted on destroy (unlike the node patches): a destroyed stack no longer claims its nodes.
 """
 
-from dataclasses import dataclass
+from typing import TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,8 +20,7 @@ from common.names import (
 from components.stack_claims import record_data
 
 
-@dataclass(frozen=True)
-class StackRecordArgs:
+class StackRecordArgs(TypedDict):
     stack: str
     """The Pulumi stack's name."""
     namespace: pulumi.Input[str]
@@ -40,11 +39,11 @@ class StackRecord(pulumi.ComponentResource):
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-config-map",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=stack_record_name(args.stack),
-                namespace=args.namespace,
-                labels={PART_OF_LABEL: PART_OF, STACK_LABEL: stack_record_name(args.stack)},
+                name=stack_record_name(args["stack"]),
+                namespace=args["namespace"],
+                labels={PART_OF_LABEL: PART_OF, STACK_LABEL: stack_record_name(args["stack"])},
             ),
-            data=record_data(args.stack, args.exposed),
+            data=record_data(args["stack"], args["exposed"]),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"name": self.config_map.metadata.name})

@@ -151,7 +151,7 @@ def test_our_proto_states_the_kubelets_wire_format() -> None:
         assert {f.name: f.number for f in descriptor.fields} == fields
 
 
-PRODUCT_ROOMS = ("common", "stack_config", "components", "offline", "cluster", "host", "policy")
+PRODUCT_ROOMS = ("common", "stack_config", "components", "offline", "cluster", "host", "policy", "package")
 
 
 def _our_imports(path: Path) -> set[str]:

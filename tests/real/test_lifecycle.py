@@ -402,7 +402,7 @@ def test_a_rename_with_an_alias_keeps_the_object(
         OldGpuQuotas("gpu-quotas", with_provider())
 
     def after() -> None:
-        GpuQuotas("gpu-quotas", GpuQuotasArgs({namespace: 1}), with_provider())
+        GpuQuotas("gpu-quotas", GpuQuotasArgs(quotas={namespace: 1}), with_provider())
 
     stack = pulumi_stack(work, "alias", inline=before)
     stack.up()

@@ -1,0 +1,28 @@
+"""hidden-gpu's components as a Pulumi component provider, for programs in any language.
+
+    pulumi package add ./package        # in a consumer project; then use hidden-gpu:index:GpuPool, ...
+
+Pulumi's Python language host runs this file (PulumiPlugin.yaml beside it); the schema is what Pulumi's
+analyzer infers from the components' annotations. Only the components it can read are served
+(tests/test_program.py): HiddenGpuNode, AccessGuard and ToolkitSettings not yet.
+"""
+
+import sys
+from pathlib import Path
+
+# The repository root: the components import common/ and stack_config/ beside them.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pulumi.provider.experimental import component_provider_host
+
+from common.names import PROJECT
+from components.gpu_pool import GpuPool
+from components.gpu_quotas import GpuQuotas
+from components.plugin_namespace import PluginNamespace
+from components.stack_record import StackRecord
+
+COMPONENTS = [GpuPool, GpuQuotas, PluginNamespace, StackRecord]
+VERSION = "0.1.0"
+
+if __name__ == "__main__":
+    component_provider_host(COMPONENTS, name=PROJECT, version=VERSION)
