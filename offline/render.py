@@ -20,7 +20,6 @@ from common.names import GRAPH_FILE, PROJECT, Token
 from offline.outdir import replace_directory
 from offline.program import Declared, ProgramRun, run_program
 from stack_config import InvalidConfigError, StackConfig, parse_project_config, quota_warnings, read_stack_file
-from stack_config.load import imported_environments
 from stack_config.reviewed import project_config_problems
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -59,7 +58,7 @@ def render(path: Path) -> Rendered:
     stack_name = stack_name_of(path)
     run_ = run_program(config, stack_name)
     files = {file_name(resource): resource.inputs for resource in run_.kubernetes_objects}
-    return Rendered(stack_name, stack, run_, files, tuple(imported_environments(path)))
+    return Rendered(stack_name, stack, run_, files, config.environments)
 
 
 def engine_urn(urn: str) -> str:

@@ -311,9 +311,18 @@ class StackFileConfig(dict[str, Any]):
     """A stack file's `config:` map, knowing the file and the line of every key, so that every problem
     parse_project_config finds in it names file and line as well as key and value."""
 
-    def __init__(self, config: dict[str, Any], path: Path, lines: dict[Loc, int], key_lines: dict[str, int]) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        path: Path,
+        lines: dict[Loc, int],
+        key_lines: dict[str, int],
+        environments: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(config)
         self.path, self.lines, self.key_lines = path, lines, key_lines
+        # The ESC environments the file imports: the CLI merges them at `up`, render cannot read them.
+        self.environments = environments
 
     def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
         """A copy is a plain config map: once changed it no longer says what the file says."""
@@ -384,7 +393,7 @@ def _in_our_words(error: yaml.MarkedYAMLError) -> str:
     return f"{ours} (YAML: {bounded(said, 120)})" if ours else bounded(said, 200)
 
 
-def read_stack_file(path: Path) -> dict[str, Any]:
+def read_stack_file(path: Path) -> StackFileConfig:
     """The `config:` map of a Pulumi stack file, as written, or InvalidConfigError."""
     text = _text(path)
     try:
@@ -426,16 +435,15 @@ def read_stack_file(path: Path) -> dict[str, Any]:
         if _namespaced(key) in named:
             raise _file_error(path, f"config keys '{key}' and '{_namespaced(key)}' name the same key; keep one")
         named[_namespaced(key)] = value
-    return StackFileConfig(named, path, lines, key_lines)
+    return StackFileConfig(named, path, lines, key_lines, _imported_environments(document))
 
 
-def imported_environments(path: Path) -> list[str]:
+def _imported_environments(document: dict[str, Any]) -> tuple[str, ...]:
     """The ESC environments a stack file imports (`environment:`, a list or `imports:`), as written."""
-    document = yaml.load(_text(path), Loader=_Pulumi12Loader)
-    found = document.get("environment") if isinstance(document, dict) else None
+    found = document.get("environment")
     if isinstance(found, dict):
         found = found.get("imports")
-    return [str(name) for name in found] if isinstance(found, list) else []
+    return tuple(str(name) for name in found) if isinstance(found, list) else ()
 
 
 def parse_project_config(config: Mapping[str, Any]) -> StackConfig:
