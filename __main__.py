@@ -7,13 +7,11 @@ import pulumi_kubernetes as k8s
 
 from components import (
     AccessGuard,
-    AccessGuardArgs,
     GpuPool,
     GpuPoolArgs,
     GpuQuotas,
     GpuQuotasArgs,
     HiddenGpuNode,
-    HiddenGpuNodeArgs,
     PluginNamespace,
     PluginNamespaceArgs,
     StackRecord,
@@ -21,6 +19,8 @@ from components import (
     ToolkitSettings,
     ToolkitSettingsArgs,
 )
+from components.access_guard import guard_args
+from components.hidden_gpu_node import node_args
 from components.sdk import full_config
 from components.stack_claims import exposed_by_node
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
@@ -62,7 +62,7 @@ pools = {
     for pool in sorted({node.pool for node in stack.nodes if node.pool and node.exposed_gpus})
 }
 nodes = [
-    HiddenGpuNode(node.name, HiddenGpuNodeArgs(node, plugin, namespace.name, pools.get(node.pool or "")), with_provider)
+    HiddenGpuNode(node.name, node_args(node, plugin, namespace.name, pools.get(node.pool or "")), with_provider)
     for node in stack.nodes
 ]
 StackRecord(
@@ -71,10 +71,8 @@ StackRecord(
     with_provider,
 )
 GpuQuotas("gpu-quotas", GpuQuotasArgs(quotas=stack.quotas), with_provider)
-AccessGuard("access-guard", AccessGuardArgs.of(stack), with_provider)
+AccessGuard("access-guard", guard_args(stack), with_provider)
 if stack.cluster_policy.patch:
-    ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(stack.cluster_policy.name), with_provider)
+    ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(cluster_policy=stack.cluster_policy.name), with_provider)
 
-pulumi.export(
-    "nodes", {node.name: component.summary.as_output() for node, component in zip(stack.nodes, nodes, strict=True)}
-)
+pulumi.export("nodes", {node.name: component.summary for node, component in zip(stack.nodes, nodes, strict=True)})

@@ -45,7 +45,7 @@ from common.names import (
 from components.guard_rules import (
     NOT_EXEMPT,
     VALIDATION_ACTIONS,
-    AccessGuardArgs,
+    GuardSettings,
     PolicySpec,
     exemption,
     policy_specs,
@@ -188,7 +188,7 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
             "not NVIDIA's",
             handler if "nvidia" in handler.lower() else "not NVIDIA's",
         )
-    args = AccessGuardArgs.of(stack)
+    args = GuardSettings.of(stack)
     for declared in policy_specs(args):
         yield from _check_guard_policy(declared, args, live)
     if args.add_void:
@@ -200,7 +200,7 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
         yield Check(namespace, f"ResourceQuota {GPU_QUOTA_KEY}", str(limit), str(actual))
 
 
-def _check_guard_policy(declared: PolicySpec, args: AccessGuardArgs, live: Live) -> Iterator[Check]:
+def _check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) -> Iterator[Check]:
     """Every field of the policy and its binding that decides what is judged and what a failure does: a
     policy that fails open, matches other requests, exempts more namespaces, or a binding that warns or
     binds fewer namespaces, each named."""

@@ -10,10 +10,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from components.access_guard import AccessGuard
+    from components.access_guard import AccessGuard, AccessGuardArgs
     from components.gpu_pool import GpuPool, GpuPoolArgs
     from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
-    from components.guard_rules import AccessGuardArgs
     from components.hidden_gpu_node import HiddenGpuNode, HiddenGpuNodeArgs
     from components.plugin_namespace import PluginNamespace, PluginNamespaceArgs
     from components.stack_record import StackRecord, StackRecordArgs
@@ -21,7 +20,7 @@ if TYPE_CHECKING:
 
 _MODULES = {
     "AccessGuard": "access_guard",
-    "AccessGuardArgs": "guard_rules",
+    "AccessGuardArgs": "access_guard",
     "GpuPool": "gpu_pool",
     "GpuPoolArgs": "gpu_pool",
     "GpuQuotas": "gpu_quotas",

@@ -1,6 +1,8 @@
 """AccessGuard: the admission policies of components/guard_rules.py, as retained Kubernetes objects."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
+import typing
+from typing import TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -18,7 +20,7 @@ from components.guard_rules import (
     NOT_EXEMPT,
     POD_RESOURCES,
     VALIDATION_ACTIONS,
-    AccessGuardArgs,
+    GuardSettings,
     PolicySpec,
     denial,
     exemption,
@@ -28,6 +30,9 @@ from components.guard_rules import (
     void_mutation,
     void_variables,
 )
+from components.stack_types import GuardSpec
+from stack_config.errors import validated
+from stack_config.models import GuardConfig, NamespaceName, StackConfig
 
 
 def _core_resources(resources: list[str]) -> k8s.admissionregistration.v1.MatchResourcesArgs:
@@ -58,8 +63,25 @@ def _variable_args(named: list[tuple[str, str]]) -> list[k8s.admissionregistrati
     return [k8s.admissionregistration.v1.VariableArgs(name=name, expression=expression) for name, expression in named]
 
 
-def _not_exempt(args: AccessGuardArgs) -> k8s.admissionregistration.v1.MatchConditionArgs:
+def _not_exempt(args: GuardSettings) -> k8s.admissionregistration.v1.MatchConditionArgs:
     return k8s.admissionregistration.v1.MatchConditionArgs(name=NOT_EXEMPT, expression=f"!({exemption(args)})")
+
+
+class AccessGuardArgs(TypedDict):
+    """The guard's settings. A TypedDict: what Pulumi's component provider hands the component."""
+
+    guard: GuardSpec
+    """The stack's `guard` settings, as the stack file writes them."""
+    plugin_namespace: str
+    """The device plugin's namespace, which the guard always exempts (its pods mount host paths)."""
+
+
+def guard_args(stack: StackConfig) -> AccessGuardArgs:
+    """The args for the guard of a validated stack."""
+    return AccessGuardArgs(
+        guard=typing.cast(GuardSpec, stack.guard.model_dump(by_alias=True, exclude_none=True)),
+        plugin_namespace=stack.device_plugin.namespace,
+    )
 
 
 class AccessGuard(pulumi.ComponentResource):
@@ -82,22 +104,31 @@ class AccessGuard(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: AccessGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.ACCESS_GUARD, name, None, opts)
+        guard = validated(GuardConfig, args["guard"], ("guard",))
+        # Checked as a namespace name: it is written into the policies' CEL.
+        settings = GuardSettings.of_guard(
+            guard, validated(NamespaceName, args["plugin_namespace"], ("pluginNamespace",))
+        )
         # Fail closed: `pulumi destroy` keeps the node patches (the nodes stay hidden), so it keeps the guard
         # too; without it a retained node is open to `runtimeClassName: nvidia` + `ENV=all`. Removing it is a
         # deliberate step once every node is released (docs/operations.md).
         self._retained = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
-        pods, keys = policy_specs(args)
-        self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, args)
+        pods, keys = policy_specs(settings)
+        self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, settings)
         self.env_keys_policy, self.env_keys_binding = self._policy(
-            f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, args
+            f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, settings
         )
         self.void_policy, self.void_binding = (
-            self._void_policy(f"{name}-void-policy", f"{name}-void-binding", args) if args.add_void else (None, None)
+            self._void_policy(f"{name}-void-policy", f"{name}-void-binding", settings)
+            if settings.add_void
+            else (None, None)
         )
-        self.register_outputs({"policy": self.policy.metadata.name, "mode": str(args.mode), "addsVoid": args.add_void})
+        self.register_outputs(
+            {"policy": self.policy.metadata.name, "mode": str(settings.mode), "addsVoid": settings.add_void}
+        )
 
     def _void_policy(
-        self, policy_resource: str, binding_resource: str, args: AccessGuardArgs
+        self, policy_resource: str, binding_resource: str, args: GuardSettings
     ) -> tuple[
         k8s.admissionregistration.v1.MutatingAdmissionPolicy,
         k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding,
@@ -137,7 +168,7 @@ class AccessGuard(pulumi.ComponentResource):
         return policy, binding
 
     def _policy(
-        self, policy_resource: str, binding_resource: str, spec: PolicySpec, args: AccessGuardArgs
+        self, policy_resource: str, binding_resource: str, spec: PolicySpec, args: GuardSettings
     ) -> tuple[
         k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,

@@ -34,7 +34,7 @@ from common.names import (
     VISIBLE_DEVICES_ENV,
     GuardMode,
 )
-from stack_config.models import StackConfig
+from stack_config.models import GuardConfig, StackConfig
 
 VALIDATION_ACTIONS = {GuardMode.ENFORCE: ["Deny"], GuardMode.WARN: ["Warn", "Audit"], GuardMode.AUDIT: ["Audit"]}
 # Separators filepath.Clean folds into one "/": repeated slashes and "." segments.
@@ -89,8 +89,8 @@ class PolicySpec:
 
 
 @dataclass(frozen=True)
-class AccessGuardArgs:
-    """The guard's settings; `of(stack)` takes them from a validated stack."""
+class GuardSettings:
+    """What the rules are written from: a stack's `guard` settings and the namespaces it exempts."""
 
     mode: GuardMode
     """enforce (deny), warn (admit, warn, audit) or audit (annotate only)."""
@@ -113,11 +113,14 @@ class AccessGuardArgs:
     otherwise be denied for lack of a GPU request."""
 
     @classmethod
-    def of(cls, stack: StackConfig) -> AccessGuardArgs:
-        guard = stack.guard
+    def of(cls, stack: StackConfig) -> GuardSettings:
+        return cls.of_guard(stack.guard, stack.device_plugin.namespace)
+
+    @classmethod
+    def of_guard(cls, guard: GuardConfig, plugin_namespace: str) -> GuardSettings:
         return cls(
             mode=guard.mode,
-            exempt_namespaces=stack.exempt_namespaces,
+            exempt_namespaces=guard.exempt_with(plugin_namespace),
             exempt_namespace_labels=dict(guard.exempt_namespace_labels),
             allowed_host_paths=list(guard.allowed_host_paths),
             allowed_capabilities=list(guard.allowed_capabilities),
@@ -133,7 +136,7 @@ def _listed(obj: str, kinds: tuple[str, ...]) -> str:
     return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in kinds)
 
 
-def nvidia_runtime(args: AccessGuardArgs) -> str:
+def nvidia_runtime(args: GuardSettings) -> str:
     """CEL: the pod's containers may run under the NVIDIA toolkit. A list of NVIDIA classes is never
     complete (k3s ships `nvidia-experimental`, an admin adds their own), so every named class counts
     unless the stack lists it as plain; judging a plain pod so costs it only a `void`."""
@@ -155,7 +158,7 @@ def _new_ephemeral() -> str:
     )
 
 
-def variables(args: AccessGuardArgs) -> list[tuple[str, str]]:
+def variables(args: GuardSettings) -> list[tuple[str, str]]:
     allowed_paths = cel(sorted(args.allowed_host_paths))
     return [
         CREATING,
@@ -214,7 +217,7 @@ def _spec_flag(field: str) -> str:
     return f"(has(object.spec.{field}) && object.spec.{field})"
 
 
-def rules(args: AccessGuardArgs) -> list[Rule]:
+def rules(args: GuardSettings) -> list[Rule]:
     mounts = "variables.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {}))"
     request_mounts = " && ".join(f"!m.mountPath.matches({cel(p)})" for p in DEVICE_REQUEST_PATTERNS)
     debug_capabilities = sorted({*args.allowed_capabilities, *DEBUG_CAPABILITIES})
@@ -379,7 +382,7 @@ def denial(rule: Rule) -> str:
     return f"{PROJECT} guard, rule {rule.name}: {rule.message}"
 
 
-def exemption(args: AccessGuardArgs) -> str:
+def exemption(args: GuardSettings) -> str:
     """CEL: the request is in a namespace the guard trusts, by name or by label."""
     by_name = f"request.namespace in {cel(sorted(args.exempt_namespaces))}"
     if not args.exempt_namespace_labels:
@@ -397,7 +400,7 @@ def resource_rule(resources: list[str]) -> dict[str, list[str]]:
     return {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
 
 
-def policy_specs(args: AccessGuardArgs) -> tuple[PolicySpec, PolicySpec]:
+def policy_specs(args: GuardSettings) -> tuple[PolicySpec, PolicySpec]:
     """The two ValidatingAdmissionPolicies: over pods, and over the keys envFrom turns into env."""
     return (
         PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args)),

@@ -1,10 +1,9 @@
 """HiddenGpuNode: one shared GPU node on which Kubernetes sees only the exposed GPUs."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
 import hashlib
-from dataclasses import dataclass
-from typing import Any
+import typing
+from typing import NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -37,6 +36,8 @@ from common.names import (
     runtime_class_name,
 )
 from components.node_labels import node_labels, runtime_class_of
+from components.stack_types import DevicePluginSpec, NodeSpec
+from stack_config.errors import validated
 from stack_config.models import DevicePluginConfig, NodeConfig
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
@@ -51,40 +52,52 @@ SCAN_EXCEPTIONS = {
 DIGEST_EXCEPTION = ("CKV_K8S_43", "pinned by tag as configured; give devicePlugin.image a @sha256 digest to pin harder")
 
 
-@dataclass(frozen=True)
-class HiddenGpuNodeArgs:
-    """What one shared GPU node needs."""
+class HiddenGpuNodeArgs(TypedDict):
+    """What one shared GPU node needs. A TypedDict: what Pulumi's component provider hands the component."""
 
-    node: NodeConfig
-    """The node's stack entry: its name, exposed and hidden UUIDs, sharing and operand switches."""
-    plugin: DevicePluginConfig
-    """The stack-wide device-plugin settings (image, namespace, device-list strategy)."""
+    node: NodeSpec
+    """The node's stack entry, as the stack file writes it: its name, exposed and hidden UUIDs, sharing and
+    operand switches."""
+    device_plugin: DevicePluginSpec
+    """The stack's `devicePlugin` settings (image, namespace, device-list strategy), as the stack file writes them."""
     plugin_namespace: pulumi.Input[str]
     """The namespace the plugin runs in: an Output of the PluginNamespace, so the plugin waits for it."""
-    pool_class: pulumi.Input[str] | None = None
+    pool_class: NotRequired[pulumi.Input[str]]
     """The RuntimeClass of the node's pool (GpuPool), which then replaces the node's own."""
 
 
-@dataclass(frozen=True)
-class NodeSummary:
+def node_args(
+    node: NodeConfig,
+    plugin: DevicePluginConfig,
+    plugin_namespace: pulumi.Input[str],
+    pool_class: pulumi.Input[str] | None,
+) -> HiddenGpuNodeArgs:
+    """The args for a node of a validated stack: its models written back as the stack file's keys."""
+    args = HiddenGpuNodeArgs(
+        node=typing.cast(NodeSpec, node.model_dump(by_alias=True, exclude_none=True)),
+        device_plugin=typing.cast(DevicePluginSpec, plugin.model_dump(by_alias=True, exclude_none=True)),
+        plugin_namespace=plugin_namespace,
+    )
+    if pool_class is not None:
+        args["pool_class"] = pool_class
+    return args
+
+
+class NodeSummary(TypedDict):
     """What the stack exports per node: plain values, known before anything is applied."""
 
-    exposed_uuids: list[str]
-    exposed_count: int
-    advertised_count: int
-    hidden_count: int
-    device_plugin: str | None
-    runtime_class: str | None
-
-    def as_output(self) -> dict[str, Any]:
-        return {
-            "exposedUuids": self.exposed_uuids,
-            "exposedCount": self.exposed_count,
-            "advertisedCount": self.advertised_count,
-            "hiddenCount": self.hidden_count,
-            "devicePlugin": self.device_plugin,
-            "runtimeClass": self.runtime_class,
-        }
+    exposedUuids: list[str]
+    """The UUIDs the node's plugin serves."""
+    exposedCount: int
+    """How many GPUs the node exposes."""
+    advertisedCount: int
+    """How many `nvidia.com/gpu` the plugin advertises (time-slicing multiplies the exposed count)."""
+    hiddenCount: int
+    """How many GPUs the stack lists as hidden on the node."""
+    devicePlugin: str | None
+    """The plugin DaemonSet's name; none where every GPU is hidden."""
+    runtimeClass: str | None
+    """The RuntimeClass that lands a pod on the node (its pool's, where it has one); none where every GPU is hidden."""
 
 
 class HiddenGpuNode(pulumi.ComponentResource):
@@ -104,7 +117,9 @@ class HiddenGpuNode(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: HiddenGpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.HIDDEN_GPU_NODE, name, None, opts)
-        node, plugin = args.node, args.plugin
+        node = validated(NodeConfig, args["node"], ("node",))
+        plugin = validated(DevicePluginConfig, args["device_plugin"], ("devicePlugin",))
+        pool_class = args.get("pool_class")
         child = pulumi.ResourceOptions(parent=self)
 
         self.label_patch = k8s.core.v1.NodePatch(
@@ -129,8 +144,8 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.device_plugin = None
         if node.exposed_gpus:
             runtime_class: pulumi.Input[str]
-            if args.pool_class is not None:
-                runtime_class = args.pool_class
+            if pool_class is not None:
+                runtime_class = pool_class
             else:
                 self.runtime_class = _runtime_class(name, node, child)
                 runtime_class = self.runtime_class.metadata.name
@@ -140,13 +155,13 @@ class HiddenGpuNode(pulumi.ComponentResource):
             # is one, must exist before the plugin's pods mount it.
             needs: list[pulumi.Resource] = [self.label_patch]
             if config is not None:
-                self.plugin_config = _config_map(name, node, args.plugin_namespace, config, child)
+                self.plugin_config = _config_map(name, node, args["plugin_namespace"], config, child)
                 needs.append(self.plugin_config)
             self.device_plugin = _device_plugin(
                 name,
                 node,
                 plugin,
-                args.plugin_namespace,
+                args["plugin_namespace"],
                 runtime_class,
                 config=config,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
@@ -154,14 +169,14 @@ class HiddenGpuNode(pulumi.ComponentResource):
 
         # Plain values, not Outputs: every name here is set explicitly above (docs/performance.md).
         self.summary = NodeSummary(
-            exposed_uuids=list(node.exposed_gpus),
-            exposed_count=len(node.exposed_gpus),
-            advertised_count=node.advertised_gpus,
-            hidden_count=len(node.hidden_gpus),
-            device_plugin=device_plugin_name(node.name) if node.exposed_gpus else None,
-            runtime_class=runtime_class_of(node)[0] if node.exposed_gpus else None,
+            exposedUuids=list(node.exposed_gpus),
+            exposedCount=len(node.exposed_gpus),
+            advertisedCount=node.advertised_gpus,
+            hiddenCount=len(node.hidden_gpus),
+            devicePlugin=device_plugin_name(node.name) if node.exposed_gpus else None,
+            runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
         )
-        self.register_outputs(self.summary.as_output())
+        self.register_outputs(dict(self.summary))
 
 
 def plugin_config(node: NodeConfig) -> str | None:

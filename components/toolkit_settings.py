@@ -1,14 +1,14 @@
 """ToolkitSettings: the opt-in ClusterPolicy patch that closes the env-var route in the container toolkit."""
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any
+# No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
+from typing import Any, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import PATCH_FORCE_ANNOTATION, Token
+from stack_config.errors import validated
+from stack_config.models import ObjectName
 
 TOOLKIT_ENV = {
     # Unprivileged containers no longer get GPUs from NVIDIA_VISIBLE_DEVICES, so an image's own
@@ -19,13 +19,15 @@ TOOLKIT_ENV = {
 }
 # The operator's own plugins on other nodes must answer allocations the same way.
 DEVICE_PLUGIN_ENV = {"DEVICE_LIST_STRATEGY": "volume-mounts"}
+# The patch's name before it was named off the component's (an alias keeps its URN).
 PATCH_NAME = "gpu-operator-cluster-policy"
 CLUSTER_POLICY_API = "nvidia.com/v1"
 CLUSTER_POLICY_KIND = "ClusterPolicy"
 
 
-@dataclass(frozen=True)
-class ToolkitSettingsArgs:
+class ToolkitSettingsArgs(TypedDict):
+    """A TypedDict: what Pulumi's component provider hands the component (package/)."""
+
     cluster_policy: str
     """The name of the GPU Operator's ClusterPolicy."""
 
@@ -70,32 +72,39 @@ class LiveClusterPolicy(pulumi.CustomResource):
 class ToolkitSettings(pulumi.ComponentResource):
     """Sets the toolkit's and the operator plugins' env in the ClusterPolicy (cluster-wide)."""
 
-    live: LiveClusterPolicy
-    """The ClusterPolicy as it is, read at every preview and up."""
-    patch: k8s.apiextensions.CustomResourcePatch
-    """The server-side-apply patch of the ClusterPolicy: its env lists merged, never replaced."""
+    cluster_policy: str
+    """The name of the ClusterPolicy patched. The patch itself (`patch`, a server-side apply that merges the env lists,
+    never replaces them) is no output: a package's schema names only the resources of its dependencies' schemas,
+    and neither a CustomResourcePatch nor the operator's ClusterPolicy is one."""
 
     def __init__(self, name: str, args: ToolkitSettingsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.TOOLKIT_SETTINGS, name, None, opts)
-        self.live = LiveClusterPolicy(f"{name}-live", args.cluster_policy, pulumi.ResourceOptions(parent=self))
-        self.patch = k8s.apiextensions.CustomResourcePatch(
-            PATCH_NAME,
+        cluster_policy = validated(ObjectName, args["cluster_policy"], ("clusterPolicy",))
+        # The ClusterPolicy as it is, read at every preview and up. Not an output: a package's schema can name only
+        # the resources of its dependencies' schemas, and the ClusterPolicy is the operator's CRD.
+        self._live = LiveClusterPolicy(f"{name}-live", cluster_policy, pulumi.ResourceOptions(parent=self))
+        self.cluster_policy = cluster_policy
+        self._patch = k8s.apiextensions.CustomResourcePatch(
+            f"{name}-cluster-policy-patch",
             api_version=CLUSTER_POLICY_API,
             kind=CLUSTER_POLICY_KIND,
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=args.cluster_policy,
+                name=cluster_policy,
                 # The operator's Helm release owns these fields; without force the apply conflicts.
                 annotations={PATCH_FORCE_ANNOTATION: "true"},
             ),
-            spec=self.live.spec.apply(merged_spec),
+            spec=self._live.spec.apply(merged_spec),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                # It was declared at the top of the stack before this component existed: the alias
-                # keeps its URN, so the move is no delete-and-recreate.
-                aliases=[pulumi.Alias(parent=pulumi.ROOT_STACK_RESOURCE)],
+                # It was declared at the top of the stack before this component existed, then named
+                # PATCH_NAME here: the aliases keep its URN, so neither move is a delete-and-recreate.
+                aliases=[
+                    pulumi.Alias(name=PATCH_NAME, parent=pulumi.ROOT_STACK_RESOURCE),
+                    pulumi.Alias(name=PATCH_NAME),
+                ],
                 # The patch owns whole lists, other people's entries included: deleting it would
                 # strip them all. Leaving the stack leaves the settings; undo them by hand.
                 retain_on_delete=True,
             ),
         )
-        self.register_outputs({"clusterPolicy": args.cluster_policy})
+        self.register_outputs({"clusterPolicy": cluster_policy})

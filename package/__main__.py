@@ -3,8 +3,7 @@
     pulumi package add ./package        # in a consumer project; then use hidden-gpu:index:GpuPool, ...
 
 Pulumi's Python language host runs this file (PulumiPlugin.yaml beside it); the schema is what Pulumi's
-analyzer infers from the components' annotations. Only the components it can read are served
-(tests/test_program.py): HiddenGpuNode, AccessGuard and ToolkitSettings not yet.
+analyzer infers from the components' annotations (tests/test_program.py checks it reads every one).
 """
 
 import sys
@@ -16,12 +15,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from pulumi.provider.experimental import component_provider_host
 
 from common.names import PROJECT
+from components.access_guard import AccessGuard
 from components.gpu_pool import GpuPool
 from components.gpu_quotas import GpuQuotas
+from components.hidden_gpu_node import HiddenGpuNode
 from components.plugin_namespace import PluginNamespace
 from components.stack_record import StackRecord
+from components.toolkit_settings import ToolkitSettings
 
-COMPONENTS = [GpuPool, GpuQuotas, PluginNamespace, StackRecord]
+COMPONENTS = [AccessGuard, GpuPool, GpuQuotas, HiddenGpuNode, PluginNamespace, StackRecord, ToolkitSettings]
 VERSION = "0.1.0"
 
 if __name__ == "__main__":

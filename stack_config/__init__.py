@@ -1,6 +1,6 @@
 """Stack configuration: what a valid stack is (models), how it is read (load), how problems read (errors)."""
 
-from stack_config.errors import ConfigError, InvalidConfigError
+from stack_config.errors import ConfigError, InvalidConfigError, validated
 from stack_config.load import load_stack_file, parse_project_config, read_stack_file
 from stack_config.models import DevicePluginConfig, NodeConfig, StackConfig, quota_warnings
 
@@ -14,4 +14,5 @@ __all__ = [
     "parse_project_config",
     "quota_warnings",
     "read_stack_file",
+    "validated",
 ]

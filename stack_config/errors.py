@@ -5,10 +5,10 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from common.cli import UsageError, bounded
@@ -134,3 +134,15 @@ def _problems(detail: ErrorDetails, model: type) -> list[ConfigError]:
     else:
         reason = _REASONS.get(kind, detail["msg"]).format(**detail.get("ctx", {}))
     return [ConfigError(loc, reason, detail["input"])]
+
+
+def validated(kind: Any, value: Any, loc: Loc) -> Any:
+    """One part of a stack (a node's entry, the plugin's settings, a namespace name) validated by its model or
+    type, where a component takes it as a plain input: the problems name their keys below `loc`, as the stack's
+    would."""
+    try:
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as error:
+        raise InvalidConfigError(
+            [replace(e, loc=loc + e.loc) for e in from_validation_error(error, kind).errors]
+        ) from None

@@ -458,6 +458,10 @@ class GuardConfig(_Model):
             )
         return data
 
+    def exempt_with(self, plugin_namespace: str) -> list[str]:
+        """The namespaces exempt from the guard: these, and the plugin's own always (its pods mount host paths)."""
+        return sorted({*self.exempt_namespaces, plugin_namespace})
+
     @model_validator(mode="after")
     def _rules_across_fields(self) -> GuardConfig:
         _raise_any(
@@ -498,8 +502,8 @@ class StackConfig(_Model):
 
     @property
     def exempt_namespaces(self) -> list[str]:
-        """The guard's exemptions; the plugin's own namespace always, its pods mount host paths."""
-        return sorted({*self.guard.exempt_namespaces, self.device_plugin.namespace})
+        """The guard's exemptions (GuardConfig.exempt_with)."""
+        return self.guard.exempt_with(self.device_plugin.namespace)
 
     @model_validator(mode="after")
     def _rules_across_fields(self) -> StackConfig:

@@ -15,6 +15,7 @@ from common.names import (
     DEVICE_PLUGIN_LABEL,
     NODE_LABEL,
     OPERATOR_RUNTIME_CLASSES,
+    PROJECT,
     Token,
     device_plugin_name,
     runtime_class_name,
@@ -241,20 +242,26 @@ def test_scan_exceptions_carry_reasons_and_drop_the_digest_one_for_digests(run: 
     assert not any(value.startswith("CKV_K8S_43=") for value in skips.values())
 
 
-GOLDEN_URNS = Path(__file__).resolve().parent / "golden" / "prod-urns.txt"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
 
-def test_no_urn_is_lost_without_an_alias() -> None:
+@pytest.mark.parametrize(
+    ("stack_file", "golden_file"),
+    [(STACKS_DIR / "Pulumi.prod.yaml", GOLDEN / "prod-urns.txt"), (GOLDEN / "Pulumi.every.yaml", GOLDEN / "every-urns.txt")],
+    ids=["prod", "every-component"],
+)
+def test_no_urn_is_lost_without_an_alias(stack_file: Path, golden_file: Path) -> None:
     """A changed URN is a delete and a create for Pulumi: for a named Kubernetes object that fails with
-    AlreadyExists or leaves a window without it. Every URN prod has today must still be there, or be
-    an alias of a resource that is (tests/golden/prod-urns.txt; the real tier checks the engine agrees)."""
-    graph = render.graph(render.render(STACKS_DIR / "Pulumi.prod.yaml"))
+    AlreadyExists or leaves a window without it. Every URN the stack has today must still be there, or be
+    an alias of a resource that is (prod's, and a stack with every optional child; the real tier checks the
+    engine agrees)."""
+    graph = render.graph(render.render(stack_file))
     current = {r["urn"] for r in graph["resources"]}
     aliases = {alias for r in graph["resources"] for alias in r.get("aliases", [])}
-    golden = set(GOLDEN_URNS.read_text().split())
+    golden = set(golden_file.read_text().split())
     lost = sorted(golden - current - aliases)
     assert lost == [], f"renamed without an alias (Pulumi would delete and recreate): {lost}"
-    assert current == golden, f"URNs changed (with aliases): update {GOLDEN_URNS.name}: {sorted(current ^ golden)}"
+    assert current == golden, f"URNs changed (with aliases): update {golden_file.name}: {sorted(current ^ golden)}"
 
 
 def test_the_provider_is_replaced_only_for_another_cluster(run: ProgramRun) -> None:
@@ -274,16 +281,17 @@ def test_a_preview_with_every_output_unknown_declares_the_same(stack: str) -> No
     assert previewed.outputs == applied.outputs
 
 
-def test_pulumis_analyzer_infers_a_schema_for_the_packaged_components() -> None:
-    """What package/ serves is what Pulumi's analyzer (run by component_provider_host) can read. HiddenGpuNode
-    and AccessGuard take args typed with the config models, ToolkitSettings exposes a CustomResource
-    without a pulumi_type: not yet served (issue 20, item 4)."""
+def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
+    """package/ serves every component the program declares, and Pulumi's analyzer (what component_provider_host
+    runs) reads each: the stack models reach it as TypedDicts of the stack file's keys (components/stack_types.py)."""
     from pulumi.provider.experimental.analyzer import Analyzer  # noqa: PLC0415
 
+    from offline.component_types import spec_name  # noqa: PLC0415
     from package.__main__ import COMPONENTS  # noqa: PLC0415
+    from stack_config.models import DevicePluginConfig, GuardConfig, NodeConfig  # noqa: PLC0415
 
-    packaged = tuple(c.__name__ for c in COMPONENTS)
-    assert packaged == ("GpuPool", "GpuQuotas", "PluginNamespace", "StackRecord")
+    declared = {v.rsplit(":", 1)[1] for k, v in vars(Token).items() if k.isupper() and v.startswith(f"{PROJECT}:")}
+    assert {c.__name__ for c in COMPONENTS} == declared
 
     # The SDK's analyzer opens pulumi-kubernetes' pulumi-plugin.json without closing it (pulumi
     # provider/experimental/analyzer.py, get_dependency_for_type): collected here, its warning with it.
@@ -291,8 +299,22 @@ def test_pulumis_analyzer_infers_a_schema_for_the_packaged_components() -> None:
         warnings.simplefilter("ignore", ResourceWarning)
         analyzed = Analyzer("hidden-gpu").analyze(list(COMPONENTS))
         gc.collect()
-    definitions = analyzed["component_definitions"]
-    assert set(definitions) == set(packaged)
+    definitions, types = analyzed["component_definitions"], analyzed["type_definitions"]
+    assert set(definitions) == declared
     assert set(definitions["StackRecord"].inputs) == {"stack", "namespace", "exposed"}
     assert set(definitions["GpuQuotas"].inputs) == {"quotas"}
     assert definitions["GpuPool"].outputs["runtimeClass"].ref is not None  # a kubernetes resource reference
+    node = definitions["HiddenGpuNode"]
+    assert set(node.inputs) == {"node", "devicePlugin", "pluginNamespace", "poolClass"}
+    # Which node and which GPUs decide what exists: plain, never an Output the preview cannot know.
+    assert node.inputs["node"].plain and node.inputs["devicePlugin"].plain
+    assert not node.inputs["pluginNamespace"].plain and node.inputs["poolClass"].optional
+    assert set(node.outputs) >= {"labelPatch", "devicePlugin", "runtimeClass", "summary"}
+    assert set(definitions["AccessGuard"].inputs) == {"guard", "pluginNamespace"}
+    assert set(definitions["ToolkitSettings"].outputs) == {"clusterPolicy"}
+    # Each spec carries exactly its model's keys, and the keys a stack requires are required there too.
+    for model in (NodeConfig, DevicePluginConfig, GuardConfig):
+        spec = types[spec_name(model)].properties
+        assert set(spec) == {field.alias for field in model.model_fields.values()}
+        required = {field.alias for field in model.model_fields.values() if field.is_required()}
+        assert {key for key, prop in spec.items() if not prop.optional} == required
