@@ -71,6 +71,8 @@ GROUPS = (
     Group("pk8s", {"pulumi-resource-kubernetes": f"{PROVIDER_MODULE}/{PROVIDER_CMD}"},
           "github.com/pulumi/pulumi-kubernetes/sdk/v4",
           ("github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version={v}",), generated_embeds=True),
+    Group("yaml", {"pulumi-language-yaml": "github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml"},
+          "github.com/pulumi/pulumi-yaml", ("github.com/pulumi/pulumi-yaml/pkg/version.Version={v}",)),
     Group("toolkit", {n: f"github.com/NVIDIA/nvidia-container-toolkit/cmd/{n}"
                       for n in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook")},
           "github.com/NVIDIA/nvidia-container-toolkit",

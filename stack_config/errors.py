@@ -136,12 +136,24 @@ def _problems(detail: ErrorDetails, model: type) -> list[ConfigError]:
     return [ConfigError(loc, reason, detail["input"])]
 
 
+def _whole_numbers(value: Any) -> Any:
+    """A component's inputs cross gRPC as google.protobuf.Value, where every number is a double: a whole one is the
+    integer its program wrote (no model field is a float). The stack file's own path keeps YAML's types."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_whole_numbers(item) for item in value]
+    return value
+
+
 def validated(kind: Any, value: Any, loc: Loc) -> Any:
     """One part of a stack (a node's entry, the plugin's settings, a namespace name) validated by its model or
     type, where a component takes it as a plain input: the problems name their keys below `loc`, as the stack's
     would."""
     try:
-        return TypeAdapter(kind).validate_python(value)
+        return TypeAdapter(kind).validate_python(_whole_numbers(value))
     except ValidationError as error:
         raise InvalidConfigError(
             [replace(e, loc=loc + e.loc) for e in from_validation_error(error, kind).errors]

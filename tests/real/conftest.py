@@ -22,10 +22,15 @@ GPU_NODES = {"gpu-node-01": 8, "gpu-node-02": 8}
 REQUIRED = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
+# The longest test here (the lifecycle) takes about a minute; a Pulumi await that cannot end takes ten.
+REAL_TEST_TIMEOUT_S = 300
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/real/" in str(item.path):
             item.add_marker(pytest.mark.real)
+            item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

@@ -63,15 +63,12 @@ def program() -> None:
     runpy.run_path(str(PROGRAM), run_name="__main__")
 
 
-def pulumi_stack(
-    work: Path, name: str, *, own_project_file: bool = False, inline: Callable[[], None] = program
-) -> auto.Stack:
-    """A stack of this program in `work` (its Pulumi.<name>.yaml), with a file backend and a passphrase
-    there, run by the pinned CLI and provider of e2e/.bin, nothing downloaded."""
+def cli_env(work: Path) -> dict[str, str]:
+    """The pinned CLI, provider and language hosts of e2e/.bin, a file backend in `work`, nothing downloaded."""
     (work / "state").mkdir(exist_ok=True)
-    STACK_FILES[name] = work / f"Pulumi.{name}.yaml"
-    os.environ["PATH"] = f"{LINKS}{os.pathsep}{os.environ['PATH']}"
-    env = {
+    if not os.environ["PATH"].startswith(f"{LINKS}{os.pathsep}"):
+        os.environ["PATH"] = f"{LINKS}{os.pathsep}{os.environ['PATH']}"
+    return {
         "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
         "PULUMI_HOME": str(work / "home"),
         "PULUMI_CONFIG_PASSPHRASE": "e2e",
@@ -79,6 +76,15 @@ def pulumi_stack(
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "PATH": os.environ["PATH"],
     }
+
+
+def pulumi_stack(
+    work: Path, name: str, *, own_project_file: bool = False, inline: Callable[[], None] = program
+) -> auto.Stack:
+    """A stack of this program in `work` (its Pulumi.<name>.yaml), with a file backend and a passphrase
+    there, run by the pinned CLI and provider of e2e/.bin, nothing downloaded."""
+    STACK_FILES[name] = work / f"Pulumi.{name}.yaml"
+    env = cli_env(work)
     # own_project_file: the test wrote work/Pulumi.yaml itself (with project-level config, say).
     settings = None if own_project_file else auto.ProjectSettings(name=PROJECT, runtime="python")
     options = auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env, project_settings=settings)
