@@ -247,7 +247,10 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 
 @pytest.mark.parametrize(
     ("stack_file", "golden_file"),
-    [(STACKS_DIR / "Pulumi.prod.yaml", GOLDEN / "prod-urns.txt"), (GOLDEN / "Pulumi.every.yaml", GOLDEN / "every-urns.txt")],
+    [
+        (STACKS_DIR / "Pulumi.prod.yaml", GOLDEN / "prod-urns.txt"),
+        (GOLDEN / "Pulumi.every.yaml", GOLDEN / "every-urns.txt"),
+    ],
     ids=["prod", "every-component"],
 )
 def test_no_urn_is_lost_without_an_alias(stack_file: Path, golden_file: Path) -> None:
