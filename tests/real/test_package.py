@@ -21,6 +21,7 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 from pulumi import automation as auto
+from pulumi.automation import OpType
 
 from common.names import PROJECT, Token, device_plugin_name, pool_class_name, runtime_class_name
 from e2e.controlplane import ApiError, ControlPlane
@@ -140,8 +141,9 @@ def declared_by_us(node_spec: dict[str, Any]) -> tuple[dict[str, Declared], dict
     made: list[HiddenGpuNode] = []
 
     def local() -> None:
-        args = HiddenGpuNodeArgs(node=node_spec, device_plugin=PLUGIN_SPEC, plugin_namespace=CONSUMER_NAMESPACE)
-        made.append(HiddenGpuNode("node", typing.cast(Any, args)))
+        # Plain dicts, as the provider hands them over: the component validates them.
+        args = {"node": node_spec, "device_plugin": PLUGIN_SPEC, "plugin_namespace": CONSUMER_NAMESPACE}
+        made.append(HiddenGpuNode("node", typing.cast(HiddenGpuNodeArgs, args)))
 
     run = run_callable(local, "consumer")
     return {r.inputs.get("kind", r.type): r for r in run.kubernetes_objects}, dict(made[0].summary)
@@ -169,7 +171,7 @@ def test_a_yaml_program_hides_a_nodes_gpus_through_the_package(
     stack = yaml_stack(work)
     with FakeKubelet(plane, [CONSUMER_NODE]):
         preview = stack.preview()
-        assert (preview.change_summary or {}).get("create", 0) >= 6
+        assert (preview.change_summary or {}).get(OpType.CREATE, 0) >= 6
         up = stack.up()
         # The real DaemonSet controller put the plugin's pod on that node (FakeKubelet reports it Ready).
         pods = plane.request("GET", f"/api/v1/namespaces/{CONSUMER_NAMESPACE}/pods")["items"]
