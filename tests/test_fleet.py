@@ -1,4 +1,5 @@
-"""offline.fleet: the checks across stack files (one GPU, one stack; one node of a cluster, one stack)."""
+"""offline.fleet: the checks across stack files (one GPU, one stack; one node of a cluster, one stack; one guard
+per cluster, declared alike)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,41 @@ def test_adding_an_environment_is_its_file(tmp_path: Path, capsys: pytest.Captur
         out = tmp_path / "render" / name
         assert render.main(["--stack-file", str(tmp_path / f"Pulumi.{name}.yaml"), "--out", str(out)]) == EXIT_OK
     assert "stack staging:" in capsys.readouterr().out
+
+
+def test_stacks_sharing_a_cluster_share_its_guard(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One guard per cluster (its policies have one name in every stack): a second stack with another plugin
+    namespace would rewrite the first one's exemption at its `up`, and the first one's plugin pods be denied."""
+    write_stack(tmp_path, changed(lambda c: c["hidden-gpu:nodes"].pop(1)), "a")
+    b = changed(lambda c: c["hidden-gpu:nodes"].pop(0))
+    b["hidden-gpu:devicePlugin"] = {**b.get("hidden-gpu:devicePlugin", {}), "namespace": "other-gpu-system"}
+    write_stack(tmp_path, b, "b")
+    assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_FINDING
+    out = capsys.readouterr().out
+    assert (
+        "conflict: the guard of cluster 'admin@test' (one per cluster: guard settings and devicePlugin.namespace): "
+        "declared differently by Pulumi.a.yaml and Pulumi.b.yaml"
+    ) in out
+
+
+def test_stacks_sharing_a_cluster_declare_each_quota_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_stack(tmp_path, changed(lambda c: c["hidden-gpu:nodes"].pop(1)), "a")
+    write_stack(tmp_path, changed(lambda c: c["hidden-gpu:nodes"].pop(0)), "b")
+    assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_FINDING
+    quotas = valid_config()["hidden-gpu:quotas"]
+    assert quotas, "the fixture stack sets quotas"
+    out = capsys.readouterr().out
+    for namespace in quotas:
+        assert (
+            f"conflict: the GPU quota of namespace {namespace} of cluster 'admin@test': "
+            "declared by Pulumi.a.yaml and Pulumi.b.yaml"
+        ) in out
+    assert "the guard of cluster" not in out  # the same guard settings: one guard, declared alike
+
+
+def test_stacks_sharing_a_cluster_without_shared_objects_pass(tmp_path: Path) -> None:
+    write_stack(tmp_path, changed(lambda c: c["hidden-gpu:nodes"].pop(1)), "a")
+    b = changed(lambda c: c["hidden-gpu:nodes"].pop(0))
+    del b["hidden-gpu:quotas"]
+    write_stack(tmp_path, b, "b")
+    assert fleet.main(["--stacks-dir", str(tmp_path)]) == EXIT_OK
