@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pulumi_policy import (
     Policy,
     ReportViolation,
@@ -199,6 +201,42 @@ def guard_present_and_failing_closed(args: StackValidationArgs, report_violation
             )
 
 
+ENFORCING_STACKS_FILE = Path(__file__).resolve().parent / "enforcing-stacks.yaml"
+
+
+def enforcing_stacks(path: Path = ENFORCING_STACKS_FILE) -> frozenset[str]:
+    """The stacks policy/enforcing-stacks.yaml lists. A file that does not read as a list of names fails the
+    preview (the pack's own error), rather than judging every stack as one that may warn."""
+    listed = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stacks")
+    if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
+        raise ValueError(f"{path}: `stacks` must be a list of stack names, not {listed!r}")
+    return frozenset(listed)
+
+
+def _stack_of(urn: str) -> str:
+    """The stack a URN names: urn:pulumi:<stack>::<project>::<type>::<name>."""
+    return urn.split("::", 1)[0].removeprefix("urn:pulumi:")
+
+
+def guard_enforcing_where_listed(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """A stack policy/enforcing-stacks.yaml lists must deny: its stack file cannot switch the guard to warn or
+    audit, nor a broken program bind it so, without the list changing first."""
+    stacks = {_stack_of(r.urn) for r in args.resources if r.urn.startswith("urn:pulumi:")}
+    listed = sorted(stacks & enforcing_stacks())
+    if not listed:
+        return
+    bindings = _named(args.resources, Token.ADMISSION_BINDING)
+    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME):
+        binding = bindings.get(name)
+        actions = sorted(((binding.props.get("spec") or {}) if binding else {}).get("validationActions") or [])
+        if actions != ["Deny"]:
+            report_violation(
+                f"stack {listed[0]} is listed in policy/enforcing-stacks.yaml: binding {name} must deny "
+                f"(validationActions ['Deny'], guard mode enforce), not {actions}",
+                binding.urn if binding else None,
+            )
+
+
 Validator = Callable[[ResourceValidationArgs, ReportViolation], None]
 RESOURCE_VALIDATORS: dict[str, tuple[str, Validator]] = {
     "device-plugin-unprivileged": (
@@ -230,6 +268,10 @@ STACK_VALIDATORS = {
     "access-guard-present-and-failing-closed": (
         "Both guard policies and bindings exist, fail closed, bind every namespace, and deny (or warn and audit).",
         guard_present_and_failing_closed,
+    ),
+    "access-guard-enforcing-where-listed": (
+        "The guard of every stack policy/enforcing-stacks.yaml lists denies (mode enforce).",
+        guard_enforcing_where_listed,
     ),
 }
 POLICIES: list[Policy] = [

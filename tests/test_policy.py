@@ -11,7 +11,7 @@ from pulumi_policy import ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
 
 from common.cli import stack_files
-from common.names import Token, runtime_class_name
+from common.names import ENV_KEYS_POLICY_NAME, POLICY_NAME, Token, runtime_class_name
 from offline import render
 from offline.program import Declared, run_program
 from policy.rules import (
@@ -22,6 +22,7 @@ from policy.rules import (
     plugin_pinned_to_one_node,
     plugin_unprivileged,
 )
+from stack_config import read_stack_file
 from tests.support.stacks import valid_config, with_mig
 
 STACK_FILES = stack_files()
@@ -244,3 +245,43 @@ def test_a_program_that_drops_or_weakens_the_guard_is_refused() -> None:
             r.props["spec"]["validationActions"] = ["Audit"]
             r.props["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"x": "y"}}}
     assert len(_guard_violations(weakened)) == 6
+
+
+def _enforcing_violations(resources: list[PolicyResource]) -> list[str]:
+    from policy.rules import guard_enforcing_where_listed  # noqa: PLC0415
+
+    found = Collected()
+    guard_enforcing_where_listed(StackValidationArgs(resources), found)
+    return list(found)
+
+
+def test_a_listed_stack_cannot_switch_its_guard_to_warn() -> None:
+    """prod is listed in policy/enforcing-stacks.yaml: its stack file setting `mode: warn` fails the preview
+    (the base commit's pack judges the PR, so the list cannot be shortened in the same change)."""
+    prod = STACK_FILES[[p.name for p in STACK_FILES].index("Pulumi.prod.yaml")]
+    rendered = render.render(prod)
+    assert _enforcing_violations([policy_resource(r) for r in rendered.run.resources]) == []
+    warned = {**read_stack_file(prod), "hidden-gpu:guard": {"mode": "warn"}}
+    said = _enforcing_violations([policy_resource(r) for r in run_program(warned, "prod").resources])
+    assert said == [
+        f"stack prod is listed in policy/enforcing-stacks.yaml: binding {name} must deny (validationActions "
+        "['Deny'], guard mode enforce), not ['Audit', 'Warn']"
+        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME)
+    ]
+
+
+def test_an_unlisted_stack_may_warn() -> None:
+    """dev rolls out in warn mode (its stack file says so), and is not listed."""
+    dev = STACK_FILES[[p.name for p in STACK_FILES].index("Pulumi.dev.yaml")]
+    rendered = render.render(dev)
+    assert rendered.stack.guard.mode == "warn"
+    assert _enforcing_violations([policy_resource(r) for r in rendered.run.resources]) == []
+
+
+@pytest.mark.parametrize("text", ["stacks: prod\n", "stacks: [1]\n", "{}\n"], ids=["a-string", "a-number", "no-key"])
+def test_an_enforcing_list_that_does_not_read_fails_the_pack(tmp_path: Path, text: str) -> None:
+    from policy.rules import enforcing_stacks  # noqa: PLC0415
+
+    (tmp_path / "enforcing.yaml").write_text(text)
+    with pytest.raises(ValueError, match="`stacks` must be a list of stack names"):
+        enforcing_stacks(tmp_path / "enforcing.yaml")
