@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 
 from common.names import PROJECT
-from components.sdk import MockMonitor, reset_run_state, root_outputs, run_sync
+from offline.sdk import MockMonitor, reset_run_state, root_outputs, run_sync
 from stack_config.reviewed import harness_stacks
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"

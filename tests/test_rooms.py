@@ -9,12 +9,13 @@ import inspect
 import re
 import subprocess
 import sys
+import tomllib
 from contextvars import ContextVar
 from pathlib import Path
 
 import pytest
 
-from components import sdk
+from offline import sdk
 
 ROOT = Path(__file__).resolve().parent.parent
 FORBIDDEN_ON_HOST = ("pulumi", "pulumi_kubernetes", "kubernetes")
@@ -78,11 +79,20 @@ def test_common_is_standard_library_only() -> None:
             assert top in sys.stdlib_module_names or top in ("common", "__future__"), f"{path.name} imports {module}"
 
 
+def test_the_distributed_code_uses_the_public_pulumi_sdk_only() -> None:
+    """What pyproject.toml distributes (the components, the stack models, the names) imports no private part
+    of the SDK: pulumi.runtime is the language host's, and offline/sdk.py alone reaches into it."""
+    for room in tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]:
+        for path in (ROOT / room).glob("*.py"):
+            private = sorted(m for m in imports_of(path) if m.startswith("pulumi.runtime") or "._" in m)
+            assert private == [], f"{room}/{path.name} imports {private}"
+
+
 @pytest.mark.parametrize(("module", "attribute"), sdk.PRIVATE_SYMBOLS, ids=[f"{m}.{a}" for m, a in sdk.PRIVATE_SYMBOLS])
 def test_private_pulumi_symbols_still_exist(module: str, attribute: str) -> None:
     found = getattr(importlib.import_module(module), attribute, None)
     assert found is not None, (
-        f"the Pulumi SDK no longer has {module}.{attribute}; components/sdk.py depends on it: "
+        f"the Pulumi SDK no longer has {module}.{attribute}; offline/sdk.py depends on it: "
         "adapt the adapter to the new SDK before upgrading pulumi"
     )
 

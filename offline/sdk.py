@@ -7,6 +7,9 @@ Why each is needed:
   only inside `@pulumi.runtime.test`; the offline render runs `__main__.py` as `pulumi up` would,
   outside pytest, and reads the stack's exports.
 A Pulumi upgrade that changes any of them fails tests/test_rooms.py with the name of the symbol.
+
+Here in the offline harness, not beside the components: the components, and the Python distribution of them
+(pyproject.toml), use the public SDK only (tests/test_rooms.py); the program takes `full_config` from here.
 """
 
 from __future__ import annotations

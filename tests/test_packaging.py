@@ -1,0 +1,99 @@
+"""The Python distribution of the components (pyproject.toml): built from its files alone, installed
+elsewhere, and used there by a Pulumi program under Pulumi's public test mocks."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from common.names import Token
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+PACKAGES: list[str] = PROJECT["tool"]["setuptools"]["packages"]
+
+
+def _pins(path: Path) -> dict[str, str]:
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        found = re.fullmatch(r"([A-Za-z0-9_.-]+)==(\S+)", line.strip())
+        if found:
+            pins[found[1].lower()] = found[2]
+    return pins
+
+
+def test_each_dependency_starts_at_the_projects_own_pin() -> None:
+    """The distribution's ranges begin where requirements.txt pins, so what the tests ran is inside them."""
+    pinned = _pins(ROOT / "requirements.txt")
+    for requirement in PROJECT["project"]["dependencies"]:
+        name, lower = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([^,]+),<\d+", requirement).groups()  # type: ignore[union-attr]
+        assert pinned[name.lower()] == lower, requirement
+
+
+CONSUMER = textwrap.dedent(
+    """
+    import json, sys
+    import pulumi
+    import components
+    from components import HiddenGpuNode
+
+    created = []
+
+    class Mocks(pulumi.runtime.Mocks):
+        def new_resource(self, args):
+            created.append(args.typ)
+            return [args.name + "-id", args.inputs]
+
+        def call(self, args):
+            return {}
+
+    pulumi.runtime.set_mocks(Mocks(), preview=False)
+    node = {"name": "gpu-node-01", "exposedGpus": ["GPU-ad1885a3-7130-40c4-b974-497269842a22"]}
+    HiddenGpuNode("gpu-node-01", {"node": node, "device_plugin": {}, "plugin_namespace": "hidden-gpu-system"})
+
+    @pulumi.runtime.test
+    def settled():
+        return pulumi.Output.from_input(None)
+
+    settled()
+    print(json.dumps({"file": components.__file__, "created": sorted(set(created))}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_distribution_installs_and_a_program_uses_it(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    wheels, site = tmp_path / "wheels", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "wheel", "--no-deps", str(source), "-w", str(wheels)], check=True, timeout=300)
+    (wheel,) = wheels.glob("hidden_gpu-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, timeout=300)
+
+    # Outside the checkout, the installed copy first: -P keeps the working directory off sys.path.
+    run = subprocess.run(
+        [sys.executable, "-P", "-c", CONSUMER],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    said = json.loads(run.stdout.splitlines()[-1])
+    assert said["file"].startswith(str(site))
+    assert Token.HIDDEN_GPU_NODE in said["created"]
+    assert {Token.NODE_PATCH, Token.DAEMONSET, Token.RUNTIME_CLASS} <= set(said["created"])
