@@ -97,10 +97,11 @@ class AccessGuard(pulumi.ComponentResource):
     """The ConfigMap and Secret rule."""
     env_keys_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
     """Binds the ConfigMap and Secret rule with the same actions."""
-    void_policy: k8s.admissionregistration.v1.MutatingAdmissionPolicy | None
-    """Adds NVIDIA_VISIBLE_DEVICES=void where the pod rules would deny a container for want of a request."""
-    void_binding: k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding | None
-    """Binds the mutating policy."""
+    adds_void: bool
+    """Whether the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void (where the pod rules would deny a
+    container for want of a request) is declared. The policy and its binding are no outputs: a consumer's YAML
+    binds every output's type, and kubernetes provider v4.25.0's schema has no `admissionregistration.k8s.io/v1`
+    MutatingAdmissionPolicy (the real tier found it)."""
 
     def __init__(self, name: str, args: AccessGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.ACCESS_GUARD, name, None, opts)
@@ -118,7 +119,8 @@ class AccessGuard(pulumi.ComponentResource):
         self.env_keys_policy, self.env_keys_binding = self._policy(
             f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, settings
         )
-        self.void_policy, self.void_binding = (
+        self.adds_void = settings.add_void
+        self._void = (
             self._void_policy(f"{name}-void-policy", f"{name}-void-binding", settings)
             if settings.add_void
             else (None, None)

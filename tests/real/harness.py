@@ -8,6 +8,7 @@ registers; without one, none). Everything else is the real thing.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import runpy
@@ -15,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pulumi
 from pulumi import automation as auto
@@ -23,6 +24,7 @@ from pulumi import automation as auto
 from common.names import DEFAULT_PLUGIN_NAMESPACE, PLUGIN_NAME, PLUGIN_NAME_LABEL, PROJECT, STACK_FILE_ENV
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
+from tests.real.conftest import TENANT
 
 T = TypeVar("T")
 PROGRAM = Path(__file__).resolve().parents[2] / "__main__.py"
@@ -168,3 +170,24 @@ class FakeKubelet(threading.Thread):
                     {"status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}},
                     content_type="application/merge-patch+json",
                 )
+
+
+def denial(plane: ControlPlane, obj: dict[str, Any], namespace: str = TENANT, identity: str = "tenant") -> str | None:
+    """The API server's refusal of a dry-run create (by the tenant), or None when it admits it."""
+    try:
+        plane.create(with_namespace(obj, namespace), identity=identity, dry_run=True)
+    except ApiError as error:
+        return error.message
+    return None
+
+
+def with_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    placed = copy.deepcopy(obj)
+    placed["metadata"]["namespace"] = namespace
+    return placed
+
+
+def rule_in(message: str | None) -> str:
+    assert message is not None, "admitted"
+    assert "hidden-gpu guard, rule " in message, message
+    return message.split("hidden-gpu guard, rule ", 1)[1].split(":", 1)[0]

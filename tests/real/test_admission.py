@@ -18,6 +18,7 @@ from common.names import ENV_KEYS_POLICY_NAME, OPERATOR_NAMESPACE, POLICY_NAME, 
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
 from tests.real.conftest import TENANT, eventually
+from tests.real.harness import denial, rule_in, with_namespace
 from tests.support.guard import container, pod, with_ephemeral
 from tests.support.routes import BENIGN, GPU_POD, OURS, ROUTES, VOID
 from tests.support.stacks import changed
@@ -50,27 +51,6 @@ def apply_guard(plane: ControlPlane, config: dict[str, Any]) -> ProgramRun:
     probe = ROUTES["privileged"][0]
     eventually(lambda: "hidden-gpu guard" in (denial(plane, probe, identity="admin") or ""), what="the guard in force")
     return run
-
-
-def denial(plane: ControlPlane, obj: dict[str, Any], namespace: str = TENANT, identity: str = "tenant") -> str | None:
-    """The API server's refusal of a dry-run create (by the tenant), or None when it admits it."""
-    try:
-        plane.create(with_namespace(obj, namespace), identity=identity, dry_run=True)
-    except ApiError as error:
-        return error.message
-    return None
-
-
-def with_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
-    placed = copy.deepcopy(obj)
-    placed["metadata"]["namespace"] = namespace
-    return placed
-
-
-def rule_in(message: str | None) -> str:
-    assert message is not None, "admitted"
-    assert "hidden-gpu guard, rule " in message, message
-    return message.split("hidden-gpu guard, rule ", 1)[1].split(":", 1)[0]
 
 
 @pytest.fixture(scope="module")

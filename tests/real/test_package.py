@@ -23,11 +23,12 @@ import yaml
 from pulumi import automation as auto
 from pulumi.automation import OpType
 
-from common.names import PROJECT, Token, device_plugin_name, pool_class_name, runtime_class_name
+from common.names import PROJECT, Token, pool_class_name, runtime_class_name
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import Declared, run_callable
-from tests.real.conftest import add_gpu_node, seed
-from tests.real.harness import FakeKubelet, cli_env, pulumi_stack
+from tests.real.conftest import add_gpu_node, eventually, seed
+from tests.real.harness import FakeKubelet, cli_env, denial, pulumi_stack, rule_in
+from tests.support.guard import container, pod
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,6 +104,7 @@ NODE_SPEC = {
     "timeSlicing": {"replicas": 2},
 }
 PLUGIN_SPEC = {"namespace": CONSUMER_NAMESPACE, "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"}
+GUARD_SPEC = {"mode": "enforce", "plainRuntimeClasses": ["gvisor"]}
 
 
 def yaml_project(work: Path, plane: ControlPlane, node_spec: dict[str, Any]) -> None:
@@ -123,6 +125,11 @@ def yaml_project(work: Path, plane: ControlPlane, node_spec: dict[str, Any]) -> 
             "properties": {"node": node_spec, "devicePlugin": PLUGIN_SPEC, "pluginNamespace": "${plugins.name}"},
             "options": {"providers": ["${cluster}"]},
         },
+        "guard": {
+            "type": Token.ACCESS_GUARD,
+            "properties": {"guard": GUARD_SPEC, "pluginNamespace": CONSUMER_NAMESPACE},
+            "options": {"providers": ["${cluster}"]},
+        },
     }
     project = {"name": "consumer", "runtime": "yaml", "resources": resources, "outputs": {"summary": "${node.summary}"}}
     (work / "Pulumi.yaml").write_text(yaml.safe_dump(project, sort_keys=False))
@@ -134,19 +141,21 @@ def yaml_stack(work: Path) -> auto.Stack:
     return auto.create_or_select_stack(stack_name="consumer", work_dir=str(work), opts=options)
 
 
-def declared_by_us(node_spec: dict[str, Any]) -> tuple[dict[str, Declared], dict[str, Any]]:
-    """What this repository's own program declares for the same node: its objects by kind, and its summary."""
-    from components import HiddenGpuNode, HiddenGpuNodeArgs  # noqa: PLC0415
+def declared_by_us(node_spec: dict[str, Any]) -> tuple[list[Declared], dict[str, Any]]:
+    """What this repository's own components declare for the same node and guard: the objects, and the summary."""
+    from components import AccessGuard, AccessGuardArgs, HiddenGpuNode, HiddenGpuNodeArgs  # noqa: PLC0415
 
     made: list[HiddenGpuNode] = []
 
     def local() -> None:
-        # Plain dicts, as the provider hands them over: the component validates them.
+        # Plain dicts, as the provider hands them over: the components validate them.
         args = {"node": node_spec, "device_plugin": PLUGIN_SPEC, "plugin_namespace": CONSUMER_NAMESPACE}
         made.append(HiddenGpuNode("node", typing.cast(HiddenGpuNodeArgs, args)))
+        guard = {"guard": GUARD_SPEC, "plugin_namespace": CONSUMER_NAMESPACE}
+        AccessGuard("guard", typing.cast(AccessGuardArgs, guard))
 
     run = run_callable(local, "consumer")
-    return {r.inputs.get("kind", r.type): r for r in run.kubernetes_objects}, dict(made[0].summary)
+    return run.kubernetes_objects, dict(made[0].summary)
 
 
 def within(declared: Any, live: Any, where: str = "") -> list[str]:
@@ -178,37 +187,34 @@ def test_a_yaml_program_hides_a_nodes_gpus_through_the_package(
         assert [pod["spec"]["nodeName"] for pod in pods] == [CONSUMER_NODE]
         ours, summary = declared_by_us(NODE_SPEC)
         assert up.outputs["summary"].value == summary
-
-        plugin_path = f"/apis/apps/v1/namespaces/{CONSUMER_NAMESPACE}/daemonsets/{device_plugin_name(CONSUMER_NODE)}"
-        live = {
-            "DaemonSet": plane.request("GET", plugin_path),
-            "RuntimeClass": plane.request(
-                "GET", f"/apis/node.k8s.io/v1/runtimeclasses/{runtime_class_name(CONSUMER_NODE)}"
-            ),
-            "ConfigMap": plane.request(
-                "GET",
-                f"/api/v1/namespaces/{CONSUMER_NAMESPACE}/configmaps/{ours['ConfigMap'].inputs['metadata']['name']}",
-            ),
-            "Node": plane.request("GET", f"/api/v1/nodes/{CONSUMER_NODE}"),
-        }
-        for kind in ("DaemonSet", "RuntimeClass", "ConfigMap"):
-            declared = {k: v for k, v in ours[kind].inputs.items() if k not in ("apiVersion", "kind")}
-            assert within(declared, live[kind]) == [], kind
-        # The node patch: its labels on the node (the patch's own annotations only tell the provider how to apply).
-        assert within(ours["Node"].inputs["metadata"]["labels"], live["Node"]["metadata"]["labels"]) == []
+        # Every object our components declare, live and holding what they declare, field by field.
+        for declared in ours:
+            live = plane.request("GET", plane.path(declared.inputs))
+            if declared.type == Token.NODE_PATCH:  # its annotations tell the provider how to apply it
+                assert within(declared.inputs["metadata"]["labels"], live["metadata"]["labels"]) == []
+                continue
+            expected = {k: v for k, v in declared.inputs.items() if k not in ("apiVersion", "kind")}
+            assert within(expected, live) == [], declared.name
+        # The consumer's guard is in force: a tenant's pod under the node's class without a GPU request is
+        # denied (the image's ENV=all would stand), the same pod asking for a GPU is admitted.
+        ours_class = runtime_class_name(CONSUMER_NODE)
+        no_request = pod(container(gpus="0"), runtimeClassName=ours_class)
+        eventually(lambda: denial(plane, no_request), what="the consumer's guard in force")
+        assert rule_in(denial(plane, no_request)) == "gpu-runtime-needs-a-request"
+        assert denial(plane, pod(container(gpus="1"), runtimeClassName=ours_class)) is None
 
         # Still under FakeKubelet: deleting the namespace waits for its pods, which a kubelet removes.
         stack.destroy()
-    # The label patch is retained: the node stays hidden after the consumer's destroy, as after ours.
-    assert (
-        within(
-            ours["Node"].inputs["metadata"]["labels"],
-            plane.request("GET", f"/api/v1/nodes/{CONSUMER_NODE}")["metadata"]["labels"],
-        )
-        == []
-    )
-    with pytest.raises(ApiError):
-        plane.request("GET", plugin_path)
+    # Retained, as after ours: the node stays hidden and the guard stays; the plugin is gone.
+    for declared in ours:
+        if declared.type == Token.NODE_PATCH:
+            live = plane.request("GET", plane.path(declared.inputs))["metadata"]["labels"]
+            assert within(declared.inputs["metadata"]["labels"], live) == []
+        elif declared.type in (Token.ADMISSION_POLICY, Token.ADMISSION_BINDING):
+            plane.request("GET", plane.path(declared.inputs))
+        elif declared.type == Token.DAEMONSET:
+            with pytest.raises(ApiError):
+                plane.request("GET", plane.path(declared.inputs))
 
 
 @pytest.mark.parametrize(
