@@ -7,6 +7,7 @@ analyzer infers from the components' annotations (tests/test_program.py checks i
 """
 
 import sys
+import tomllib
 from pathlib import Path
 
 # The repository root: the components import common/ and stack_config/ beside them.
@@ -24,7 +25,10 @@ from components.stack_record import StackRecord
 from components.toolkit_settings import ToolkitSettings
 
 COMPONENTS = [AccessGuard, GpuPool, GpuQuotas, HiddenGpuNode, PluginNamespace, StackRecord, ToolkitSettings]
-VERSION = "0.1.0"
+# One version for both distributions: the provider's and the Python wheel's (pyproject.toml).
+VERSION: str = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"][
+    "version"
+]
 
 if __name__ == "__main__":
     component_provider_host(COMPONENTS, name=PROJECT, version=VERSION)
