@@ -6,8 +6,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import (
+    FIELD_MANAGER,
+    FIELD_MANAGER_ANNOTATION,
     PART_OF,
     PART_OF_LABEL,
+    PATCH_FORCE_ANNOTATION,
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
     PLUGIN_NETWORK_POLICY,
@@ -54,11 +57,19 @@ class PluginNamespace(pulumi.ComponentResource):
             self.name = pulumi.Output.from_input(args["namespace"])
         self.network_policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-no-network",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=PLUGIN_NETWORK_POLICY, namespace=self.name, labels=labels),
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=PLUGIN_NETWORK_POLICY,
+                namespace=self.name,
+                labels=labels,
+                # Retained, so another `up` of any stack takes it back without a conflict.
+                annotations={FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"},
+            ),
             spec=k8s.networking.v1.NetworkPolicySpecArgs(
                 pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={PLUGIN_NAME_LABEL: PLUGIN_NAME}),
                 policy_types=["Ingress", "Egress"],
             ),
-            opts=pulumi.ResourceOptions(parent=self),
+            # Stacks that share a cluster share the plugin namespace (offline.fleet) and so this policy: one
+            # stack's destroy must not open the network of the plugins the others still run there.
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
         self.register_outputs({"name": self.name})
