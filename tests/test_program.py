@@ -321,3 +321,19 @@ def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
         assert set(spec) == {field.alias for field in model.model_fields.values()}
         required = {field.alias for field in model.model_fields.values() if field.is_required()}
         assert {key for key, prop in spec.items() if not prop.optional} == required
+
+
+def test_a_component_input_is_judged_by_the_stack_models() -> None:
+    """What package/'s provider hands a component: numbers arrive as doubles (google.protobuf.Value), and a
+    refused value is named by its input path, not as a key of our config namespace."""
+    from stack_config.errors import InvalidInputError, validated  # noqa: PLC0415
+    from stack_config.models import NodeConfig  # noqa: PLC0415
+
+    node = {"name": "gpu-node-01", "exposedGpus": [EXPOSED], "timeSlicing": {"replicas": 2.0}}
+    assert validated(NodeConfig, node, ("node",)).time_slicing.replicas == 2
+    with pytest.raises(InvalidInputError) as refused:
+        validated(NodeConfig, {**node, "timeSlicing": {"replicas": 2.5}, "hidenGpus": []}, ("node",))
+    assert str(refused.value).splitlines() == [
+        "node.timeSlicing.replicas = 2.5: must be a whole number",
+        "node.hidenGpus = []: unknown key; did you mean 'hiddenGpus'?",
+    ]

@@ -240,3 +240,4 @@ def test_a_yaml_program_with_a_bad_value_is_told_which_and_why(
     with pytest.raises(auto.errors.CommandError) as failed:
         yaml_stack(work).preview()
     assert said in str(failed.value)
+    assert f"{PROJECT}:node" not in str(failed.value)  # an input of a component, not a key of our config
