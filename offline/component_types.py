@@ -9,6 +9,7 @@ with the models' docstrings. The models stay the one place that decides what a v
 from __future__ import annotations
 
 import enum
+import textwrap
 import types
 import typing
 from typing import Any
@@ -86,16 +87,10 @@ def python_type(annotation: Any, enums: set[type[enum.Enum]]) -> str:
 
 
 def _docstring(text: str | None, indent: str) -> list[str]:
-    words = " ".join((text or "").split()).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
-    lines, line = [], ""
-    for word in words.split(" "):
-        if line and len(indent) + len(line) + len(word) + 7 > 110:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    lines.append(line)
-    body = f"\n{indent}".join(lines)
+    escaped = " ".join((text or "").split()).replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+    # Lines of at most 110 characters with the indent and the quotes; split at spaces only.
+    lines = textwrap.wrap(escaped, width=104 - len(indent), break_long_words=False, break_on_hyphens=False)
+    body = f"\n{indent}".join(lines or [""])
     return [f'{indent}"""{body}"""']
 
 
