@@ -31,7 +31,7 @@ from components.guard_rules import (
     void_variables,
 )
 from components.stack_types import GuardSpec
-from stack_config.errors import validated
+from stack_config.errors import as_written, validated
 from stack_config.models import GuardConfig, NamespaceName, StackConfig
 
 
@@ -79,7 +79,7 @@ class AccessGuardArgs(TypedDict):
 def guard_args(stack: StackConfig) -> AccessGuardArgs:
     """The args for the guard of a validated stack."""
     return AccessGuardArgs(
-        guard=typing.cast(GuardSpec, stack.guard.model_dump(by_alias=True, exclude_none=True)),
+        guard=typing.cast(GuardSpec, as_written(stack.guard)),
         plugin_namespace=stack.device_plugin.namespace,
     )
 
@@ -120,21 +120,13 @@ class AccessGuard(pulumi.ComponentResource):
             f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, settings
         )
         self.adds_void = settings.add_void
-        self._void = (
+        if self.adds_void:
             self._void_policy(f"{name}-void-policy", f"{name}-void-binding", settings)
-            if settings.add_void
-            else (None, None)
-        )
         self.register_outputs(
-            {"policy": self.policy.metadata.name, "mode": str(settings.mode), "addsVoid": settings.add_void}
+            {"policy": self.policy.metadata.name, "mode": str(settings.mode), "addsVoid": self.adds_void}
         )
 
-    def _void_policy(
-        self, policy_resource: str, binding_resource: str, args: GuardSettings
-    ) -> tuple[
-        k8s.admissionregistration.v1.MutatingAdmissionPolicy,
-        k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding,
-    ]:
+    def _void_policy(self, policy_resource: str, binding_resource: str, args: GuardSettings) -> None:
         policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(
             policy_resource,
             metadata=_metadata(VOID_POLICY_NAME),
@@ -161,13 +153,12 @@ class AccessGuard(pulumi.ComponentResource):
             ),
             opts=self._retained,
         )
-        binding = k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
+        k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
             binding_resource,
             metadata=_metadata(VOID_POLICY_NAME),
             spec=k8s.admissionregistration.v1.MutatingAdmissionPolicyBindingSpecArgs(policy_name=policy.metadata.name),
             opts=self._retained,
         )
-        return policy, binding
 
     def _policy(
         self, policy_resource: str, binding_resource: str, spec: PolicySpec, args: GuardSettings

@@ -37,7 +37,7 @@ from common.names import (
 )
 from components.node_labels import node_labels, runtime_class_of
 from components.stack_types import DevicePluginSpec, NodeSpec
-from stack_config.errors import validated
+from stack_config.errors import as_written, validated
 from stack_config.models import DevicePluginConfig, NodeConfig
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
@@ -74,8 +74,8 @@ def node_args(
 ) -> HiddenGpuNodeArgs:
     """The args for a node of a validated stack: its models written back as the stack file's keys."""
     args = HiddenGpuNodeArgs(
-        node=typing.cast(NodeSpec, node.model_dump(by_alias=True, exclude_none=True)),
-        device_plugin=typing.cast(DevicePluginSpec, plugin.model_dump(by_alias=True, exclude_none=True)),
+        node=typing.cast(NodeSpec, as_written(node)),
+        device_plugin=typing.cast(DevicePluginSpec, as_written(plugin)),
         plugin_namespace=plugin_namespace,
     )
     if pool_class is not None:

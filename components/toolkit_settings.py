@@ -84,7 +84,7 @@ class ToolkitSettings(pulumi.ComponentResource):
         # the resources of its dependencies' schemas, and the ClusterPolicy is the operator's CRD.
         self._live = LiveClusterPolicy(f"{name}-live", cluster_policy, pulumi.ResourceOptions(parent=self))
         self.cluster_policy = cluster_policy
-        self._patch = k8s.apiextensions.CustomResourcePatch(
+        k8s.apiextensions.CustomResourcePatch(
             f"{name}-cluster-policy-patch",
             api_version=CLUSTER_POLICY_API,
             kind=CLUSTER_POLICY_KIND,

@@ -148,6 +148,12 @@ def _whole_numbers(value: Any) -> Any:
     return value
 
 
+def as_written(model: BaseModel) -> dict[str, Any]:
+    """A validated model as a stack file writes it (camelCase keys, unset options left out): what `validated`
+    reads back into the same model, and what the components take as inputs."""
+    return model.model_dump(by_alias=True, exclude_none=True)
+
+
 class InvalidInputError(ValueError):
     """A component's input its model refuses: one line per problem, each named by the input's path."""
 
