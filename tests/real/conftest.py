@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,17 @@ def bin_dir() -> Path:
     return LINKS
 
 
-@pytest.fixture(scope="session")
-def plane(bin_dir: Path) -> Iterator[ControlPlane]:
+@contextmanager
+def seeded_plane(bin_dir: Path) -> Iterator[ControlPlane]:
+    """A control plane started and seeded with what a GPU cluster has before hidden-gpu."""
     with ControlPlane.start(bin_dir) as started:
         seed(started)
+        yield started
+
+
+@pytest.fixture(scope="session")
+def plane(bin_dir: Path) -> Iterator[ControlPlane]:
+    with seeded_plane(bin_dir) as started:
         yield started
 
 

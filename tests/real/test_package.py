@@ -26,7 +26,7 @@ from pulumi.automation import OpType
 from common.names import PROJECT, Token, pool_class_name, runtime_class_name
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import Declared, run_callable
-from tests.real.conftest import add_gpu_node, eventually, seed
+from tests.real.conftest import add_gpu_node, eventually, seeded_plane
 from tests.real.harness import FakeKubelet, cli_env, denial, pulumi_stack, rule_in
 from tests.support.guard import container, pod
 
@@ -37,8 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def plane(bin_dir: Path) -> Iterator[ControlPlane]:
     """A control plane of this module's own. The other modules' stacks leave their guard behind (retained on
     destroy), and it denies, as it should, a device plugin in a namespace it does not exempt: this one's."""
-    with ControlPlane.start(bin_dir) as started:
-        seed(started)
+    with seeded_plane(bin_dir) as started:
         yield started
 
 
