@@ -61,7 +61,7 @@ GROUPS = (
     # Without the version the API server reports v0.0.0 and pulumi-kubernetes refuses the cluster.
     Group(
         "k8s",
-        {n: f"k8s.io/kubernetes/cmd/{n}" for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")},
+        {n: f"k8s.io/kubernetes/cmd/{n}" for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")},
         "k8s.io/kubernetes",
         tuple(f"{pkg}.{key}={value}" for pkg in (K, C) for key, value in
               (("gitVersion", "{v}"), ("gitMajor", "{major}"), ("gitMinor", "{minor}"), ("gitTreeState", "clean"))),

@@ -81,6 +81,7 @@ class ControlPlane:
     url: str
     tokens: dict[str, str]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    commands: dict[str, list[str]] = field(default_factory=dict)
     _plurals: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
 
     @classmethod
@@ -139,10 +140,26 @@ class ControlPlane:
                         "--leader-elect=false", "--secure-port=0", *extra)  # fmt: skip
 
     def _spawn(self, name: str, binary: Path, *args: str) -> None:
-        with (self.root / f"{name}.log").open("wb") as log:  # the child keeps its own descriptor
+        self.commands[name] = [str(binary), *args]
+        with (self.root / f"{name}.log").open("ab") as log:  # the child keeps its own descriptor
             self.processes[name] = subprocess.Popen(
-                [str(binary), *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.commands[name], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one component, as a crash or a lost machine would end it: no graceful shutdown."""
+        process = self.processes[name]
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def restart(self, name: str) -> None:
+        """Start a killed component again with its first command line; for the API server, wait until ready."""
+        self.kill(name)
+        command = self.commands[name]
+        self._spawn(name, Path(command[0]), *command[1:])
+        if name == "kube-apiserver":
+            self.wait_ready()
 
     def log(self, name: str) -> str:
         path = self.root / f"{name}.log"
