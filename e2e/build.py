@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -50,8 +50,16 @@ class Group:
     """The provider embeds two JSON files its release build generates (they are not in the module zip)."""
     cgo: bool = False
     """runc's nsenter and the toolkit's NVML binding are C: linked against this machine's glibc."""
+    # The fields below stay out of repr(), so that adding them kept every earlier group's cache key; key()
+    # hashes those a group sets.
+    static: bool = field(default=False, repr=False)
+    """A cgo group linked statically (glibc and libseccomp included): it runs on a host without them."""
     gpu_host: bool = False
-    """Carried to the GPU host (e2e/gpu_runtime_check.py), not run by the real tier."""
+    """Also carried to the GPU host (`--gpu-host` builds only these; e2e/gpu_runtime_check.py)."""
+    debian: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """(header, Debian package) pairs the cgo build needs; installed with apt-get where missing and root."""
+    own_source: bool = field(default=False, repr=False)
+    """Our own code (e2e/go/<group>/**.go), not a dependency's: its files are part of the cache key."""
 
 
 K = "k8s.io/component-base/version"
@@ -61,7 +69,8 @@ GROUPS = (
     # Without the version the API server reports v0.0.0 and pulumi-kubernetes refuses the cluster.
     Group(
         "k8s",
-        {n: f"k8s.io/kubernetes/cmd/{n}" for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")},
+        {n: f"k8s.io/kubernetes/cmd/{n}"
+         for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")},
         "k8s.io/kubernetes",
         tuple(f"{pkg}.{key}={value}" for pkg in (K, C) for key, value in
               (("gitVersion", "{v}"), ("gitMajor", "{major}"), ("gitMinor", "{minor}"), ("gitTreeState", "clean"))),
@@ -77,9 +86,18 @@ GROUPS = (
                       for n in ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook")},
           "github.com/NVIDIA/nvidia-container-toolkit",
           ("github.com/NVIDIA/nvidia-container-toolkit/internal/info.version={v}",), cgo=True, gpu_host=True),
-    # Without the seccomp tag runc needs no libseccomp; the check's containers set no seccomp profile.
+    # With the seccomp tag (the rendered plugin runs under seccomp RuntimeDefault: without it runc fails such a
+    # container with ErrSeccompNotEnabled); static, as runc's own release builds are (netgo, osusergo).
     Group("runc", {"runc": "github.com/opencontainers/runc"}, "github.com/opencontainers/runc",
-          ("main.version={v}",), cgo=True, gpu_host=True),
+          ("main.version={v}",), tags="seccomp,netgo,osusergo", cgo=True, static=True, gpu_host=True,
+          debian=(("/usr/include/seccomp.h", "libseccomp-dev"),)),
+    # The node tier (tests/node): containerd with its CRI plugin, the runc shim, ctr to import images.
+    Group("containerd", {n: f"github.com/containerd/containerd/v2/cmd/{n}"
+                         for n in ("containerd", "containerd-shim-runc-v2", "ctr")},
+          "github.com/containerd/containerd/v2", ("github.com/containerd/containerd/v2/version.Version={v}",)),
+    # Our own programs for the node tier's images: pause, probe, and the stand-in device plugin.
+    Group("node", {n: f"hidden-gpu.test/e2e/node/cmd/{n}" for n in ("pause", "probe", "hidden-gpu-test-plugin")},
+          "", own_source=True),
 )  # fmt: skip
 
 
@@ -91,6 +109,8 @@ def go(*args: str, cwd: Path, env: dict[str, str] | None = None, capture: bool =
 
 def module_version(group: Group) -> str:
     """The version go.mod selects for the group's version module, or that of its replacement."""
+    if group.own_source:
+        return "v0.0.0+source"  # the cache key names the source
     listed = json.loads(go("list", "-m", "-json", group.version_module, cwd=MODULES / group.name))
     return str((listed.get("Replace") or {}).get("Version") or listed["Version"])
 
@@ -101,6 +121,13 @@ def key(group: Group, go_version: str) -> str:
         digest.update((MODULES / group.name / part).read_bytes())
     digest.update(go_version.encode())
     digest.update(repr(group).encode())
+    if set_fields := [
+        (f.name, getattr(group, f.name)) for f in fields(group) if not f.repr and getattr(group, f.name) != f.default
+    ]:
+        digest.update(repr(set_fields).encode())
+    if group.own_source:
+        for path in sorted((MODULES / group.name).rglob("*.go")):
+            digest.update(str(path.relative_to(MODULES / group.name)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -108,7 +135,23 @@ def ldflags(group: Group, version: str) -> str:
     parts = version.removeprefix("v").split(".")
     bare = group.name in ("pk8s", "toolkit", "runc")  # these report versions without the v
     values = {"v": version.removeprefix("v") if bare else version, "major": parts[0], "minor": parts[1]}
-    return " ".join(["-s", "-w", *(f"-X {flag.format(**values)}" for flag in group.ldflags)])
+    static = ["-linkmode", "external", "-extldflags", "-static"] if group.static else []
+    return " ".join(["-s", "-w", *static, *(f"-X {flag.format(**values)}" for flag in group.ldflags)])
+
+
+def ensure_debian(group: Group) -> str | None:
+    """Install the Debian packages whose headers a cgo group needs; None, or why they cannot be had."""
+    missing = [package for header, package in group.debian if not Path(header).exists()]
+    if not missing:
+        return None
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return f"{group.name} needs the Debian package(s) {' '.join(missing)}: apt-get install {' '.join(missing)}"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print(f"{group.name}: apt-get install {' '.join(missing)}", flush=True)
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
+        if subprocess.run(command, env=env, check=False).returncode != 0:
+            return f"{group.name}: `{' '.join(command)}` failed; install {' '.join(missing)} by hand"
+    return None
 
 
 def build(group: Group, target: Path) -> None:
@@ -159,9 +202,7 @@ def _provider_workspace(group: Group, src: Path, version: str) -> Path:  # the g
 def main(argv: list[str] | None = None) -> int:
     arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
-    arguments.add_argument(
-        "--gpu-host", action="store_true", help="the GPU host check's binaries (toolkit, runc) instead of the tier's"
-    )
+    arguments.add_argument("--gpu-host", action="store_true", help="only the GPU host check's binaries (toolkit, runc)")
     args = arguments.parse_args(argv)
     if shutil.which("go") is None:
         print("e2e.build: the real tier needs Go 1.26.6 or newer on PATH", file=sys.stderr)
@@ -170,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     (CACHE / "bin").mkdir(parents=True, exist_ok=True)
     LINKS.mkdir(exist_ok=True)
     missing = []
-    for group in (g for g in GROUPS if g.gpu_host == args.gpu_host):
+    for group in (g for g in GROUPS if g.gpu_host or not args.gpu_host):
         target = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
         if not target.is_dir():
             missing.append(group.name)
@@ -180,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"e2e.build: less than {NEEDED_FREE_BYTES >> 30} GiB free under {CACHE}", file=sys.stderr)
                 return 3
             started = time.monotonic()
+            if (problem := ensure_debian(group)) is not None:
+                print(f"e2e.build: {problem}", file=sys.stderr)
+                return 2
             try:
                 build(group, target)
             except subprocess.CalledProcessError as error:  # what failed, once, with go's last word
