@@ -48,6 +48,7 @@ from components.guard_rules import (
     GuardSettings,
     PolicySpec,
     exemption,
+    namespace_selector,
     policy_specs,
     resource_rule,
     void_mutation,
@@ -210,10 +211,13 @@ def _check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) -
         yield Check("cluster", what, "as declared", "<missing>")
     else:
         spec = policy.get("spec") or {}
+        constraints = spec.get("matchConstraints") or {}
         rules_live = [
             {key: rule.get(key) for key in ("apiGroups", "apiVersions", "operations", "resources")}
-            for rule in (spec.get("matchConstraints") or {}).get("resourceRules") or []
+            for rule in constraints.get("resourceRules") or []
         ]
+        # The API server defaults an absent selector to {} (every namespace).
+        selector = constraints.get("namespaceSelector") or None
         conditions = {c.get("name"): c.get("expression") for c in spec.get("matchConditions") or []}
         live_variables = [(v.get("name"), v.get("expression")) for v in spec.get("variables") or []]
         live_rules = [v.get("expression") for v in spec.get("validations") or []]
@@ -221,6 +225,7 @@ def _check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) -
             ("failurePolicy", "Fail", str(spec.get("failurePolicy"))),
             ("matches", "as declared", _same(rules_live, [resource_rule(declared.resources)])),
             ("exemptions", "as declared", _same(conditions, {NOT_EXEMPT: f"!({exemption(args)})"})),
+            ("namespaceSelector", "as declared", _same(selector, namespace_selector(args))),
             ("variables", "as declared", _same(live_variables, declared.variables)),
             ("rules", "as declared", _same(live_rules, [r.expression for r in declared.rules])),
         )

@@ -212,9 +212,17 @@ DOT_SEGMENT_PATTERN = r"/\.\.?(/|$)"
 # A ".." segment: what the guard cannot resolve without the container's file system.
 PARENT_SEGMENT_PATTERN = r"/\.\.(/|$)"
 # CDI device requests by pod annotation: containerd takes `cdi.k8s.io/<name>`, the toolkit's NRI
-# plugin `nvidia.cdi.k8s.io/container.<name>` and `nvidia.cdi.k8s.io/pod`: the whole domain is refused.
+# plugin `nvidia.cdi.k8s.io/container.<name>`, `nvidia.cdi.k8s.io/pod` and the bare key
+# `nvidia.cdi.k8s.io` (NRI's GetEffectiveAnnotation falls back to the key itself): the whole domain,
+# with or without a path, is refused.
 CDI_ANNOTATION_DOMAIN = "cdi.k8s.io"
-CDI_ANNOTATION_PATTERN = r"^([^/]*\.)?cdi\.k8s\.io/"
+CDI_ANNOTATION_PATTERN = r"^([^/]*\.)?cdi\.k8s\.io(/|$)"
+# DRA extended resources (KEP-5004; DRAExtendedResource beta and on from Kubernetes 1.36): every
+# DeviceClass answers a container request for `deviceclass.resource.kubernetes.io/<class>`; the
+# scheduler allocates it through DRA and the kubelet hands the claim's CDI devices to the runtime
+# (kubernetes v1.36.3 pkg/scheduler/framework/plugins/dynamicresources/extendeddynamicresources.go,
+# pkg/kubelet/lifecycle/predicate.go removeMissingExtendedResources, pkg/kubelet/cm/dra/manager.go).
+DRA_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 
 # --- Host paths ---

@@ -24,6 +24,7 @@ from components.guard_rules import (
     PolicySpec,
     denial,
     exemption,
+    namespace_selector,
     nvidia_runtime,
     policy_specs,
     resource_rule,
@@ -35,9 +36,18 @@ from stack_config.errors import as_written, validated
 from stack_config.models import GuardConfig, NamespaceName, StackConfig
 
 
-def _core_resources(resources: list[str]) -> k8s.admissionregistration.v1.MatchResourcesArgs:
+def _core_resources(resources: list[str], args: GuardSettings) -> k8s.admissionregistration.v1.MatchResourcesArgs:
+    """These core resources, in every namespace but those an exempt label pair selects out."""
     rule = resource_rule(resources)
+    selector = namespace_selector(args)
     return k8s.admissionregistration.v1.MatchResourcesArgs(
+        namespace_selector=None
+        if selector is None
+        else k8s.meta.v1.LabelSelectorArgs(
+            match_expressions=[
+                k8s.meta.v1.LabelSelectorRequirementArgs(**requirement) for requirement in selector["matchExpressions"]
+            ]
+        ),
         resource_rules=[
             k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
                 api_groups=rule["apiGroups"],
@@ -45,7 +55,7 @@ def _core_resources(resources: list[str]) -> k8s.admissionregistration.v1.MatchR
                 operations=rule["operations"],
                 resources=rule["resources"],
             )
-        ]
+        ],
     )
 
 
@@ -134,7 +144,7 @@ class AccessGuard(pulumi.ComponentResource):
                 failure_policy="Fail",
                 # A sidecar a webhook injects after this policy ran gets its void on the second pass.
                 reinvocation_policy="IfNeeded",
-                match_constraints=_core_resources(POD_RESOURCES),
+                match_constraints=_core_resources(POD_RESOURCES, args),
                 match_conditions=[
                     _not_exempt(args),
                     k8s.admissionregistration.v1.MatchConditionArgs(
@@ -171,7 +181,7 @@ class AccessGuard(pulumi.ComponentResource):
             metadata=_metadata(spec.name),
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
                 failure_policy="Fail",
-                match_constraints=_core_resources(spec.resources),
+                match_constraints=_core_resources(spec.resources, args),
                 match_conditions=[_not_exempt(args)],
                 variables=_variable_args(spec.variables) or None,
                 validations=[

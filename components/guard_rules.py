@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from common.names import (
     CDI_ANNOTATION_DOMAIN,
@@ -23,6 +24,7 @@ from common.names import (
     DEBUG_CAPABILITIES,
     DEVICE_ENV,
     DEVICE_REQUEST_DIR,
+    DRA_EXTENDED_RESOURCE_PREFIX,
     ENV_KEYS_POLICY_NAME,
     HOST_NAMESPACE_FIELDS,
     NO_GPU_VALUES,
@@ -108,6 +110,8 @@ class GuardSettings:
     """Every container runs the toolkit, whatever its RuntimeClass."""
     allow_resource_claims: bool
     """Admit pods with resourceClaims."""
+    allowed_device_classes: list[str]
+    """DeviceClasses whose DRA extended resource tenant containers may request."""
     add_void: bool
     """Also declare the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void to new containers that would
     otherwise be denied for lack of a GPU request."""
@@ -127,6 +131,7 @@ class GuardSettings:
             plain_runtime_classes=list(guard.plain_runtime_classes),
             nvidia_is_default_runtime=guard.nvidia_is_default_runtime,
             allow_resource_claims=guard.allow_resource_claims,
+            allowed_device_classes=list(guard.allowed_device_classes),
             add_void=guard.add_void,
         )
 
@@ -195,6 +200,17 @@ def _requests_nvidia(c: str) -> str:
         f"has({c}.resources) && has({c}.resources.limits) && {c}.resources.limits.exists(k,"
         f" k.matches({cel(NVIDIA_RESOURCE_PATTERN)}) && {c}.resources.limits[k].matches({cel(POSITIVE_QUANTITY)}))"
     )
+
+
+def _requests_unlisted_dra_resource(c: str, allowed_classes: list[str]) -> str:
+    """A container asks, in its requests or its limits, for a DRA extended resource of a class the stack does not
+    allow. Both maps: the scheduler reads requests (an extended resource given only there is still allocated)."""
+    allowed = cel(sorted(DRA_EXTENDED_RESOURCE_PREFIX + name for name in allowed_classes))
+    unlisted = f"k.startsWith({cel(DRA_EXTENDED_RESOURCE_PREFIX)}) && !(k in {allowed})"
+    either = " || ".join(
+        f"(has({c}.resources.{part}) && {c}.resources.{part}.exists(k, {unlisted}))" for part in ("limits", "requests")
+    )
+    return f"has({c}.resources) && ({either})"
 
 
 def _names_visible_devices(c: str) -> str:
@@ -323,6 +339,14 @@ def rules(args: GuardSettings) -> list[Rule]:
             f"devices directly, past the device plugin: {REQUEST}",
         ),
         Rule(
+            "dra-extended-resources",
+            f"!variables.containers.exists(c, {_requests_unlisted_dra_resource('c', args.allowed_device_classes)})",
+            f"{DRA_EXTENDED_RESOURCE_PREFIX}<class> resources are allocated through Dynamic Resource Allocation from "
+            "any device the class selects, hidden GPUs included, with no claim and no quota; only the classes in "
+            f"guard.allowedDeviceClasses ({', '.join(sorted(args.allowed_device_classes)) or 'none'}) may be "
+            f"requested here: {REQUEST}",
+        ),
+        Rule(
             "resource-claims",
             "true"
             if args.allow_resource_claims
@@ -383,16 +407,23 @@ def denial(rule: Rule) -> str:
 
 
 def exemption(args: GuardSettings) -> str:
-    """CEL: the request is in a namespace the guard trusts, by name or by label."""
-    by_name = f"request.namespace in {cel(sorted(args.exempt_namespaces))}"
+    """CEL: the request is in a namespace the guard trusts by name. Exemption by label is the match
+    constraints' namespace selector: the API server evaluates match conditions with `namespaceObject` null
+    (k8s.io/apiserver v0.36.3 pkg/admission/plugin/webhook/matchconditions/matcher.go:82-85)."""
+    return f"request.namespace in {cel(sorted(args.exempt_namespaces))}"
+
+
+def namespace_selector(args: GuardSettings) -> dict[str, list[dict[str, Any]]] | None:
+    """The label selector (wire form) of the namespaces the policies judge: those carrying none of the exempt
+    label pairs. `NotIn` also matches a namespace without the key; the expressions are ANDed."""
     if not args.exempt_namespace_labels:
-        return by_name
-    pairs = " || ".join(
-        f"(has(namespaceObject.metadata.labels) && {cel(key)} in namespaceObject.metadata.labels"
-        f" && namespaceObject.metadata.labels[{cel(key)}] == {cel(value)})"
-        for key, value in sorted(args.exempt_namespace_labels.items())
-    )
-    return f"{by_name} || (namespaceObject != null && ({pairs}))"
+        return None
+    return {
+        "matchExpressions": [
+            {"key": key, "operator": "NotIn", "values": [value]}
+            for key, value in sorted(args.exempt_namespace_labels.items())
+        ]
+    }
 
 
 def resource_rule(resources: list[str]) -> dict[str, list[str]]:

@@ -168,6 +168,11 @@ class GuardSpec(TypedDict):
     allowResourceClaims: NotRequired[bool]
     """Admit pods with `resourceClaims` (Dynamic Resource Allocation). Off: a DRA GPU driver, if ever
     installed, would hand out devices the stack does not list."""
+    allowedDeviceClasses: NotRequired[list[str]]
+    """DeviceClass names (say a NIC class) whose DRA extended resource
+    `deviceclass.resource.kubernetes.io/<class>` tenant containers may request. Every other name under
+    that prefix is denied outside exempt namespaces: the scheduler would allocate it through DRA from
+    any device the class selects, hidden GPUs included."""
     addVoid: NotRequired[bool]
     """Add `NVIDIA_VISIBLE_DEVICES=void` to each new container under an NVIDIA runtime that neither
     requests an NVIDIA resource nor sets the variable (a sidecar, an init or `kubectl debug` container),

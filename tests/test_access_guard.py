@@ -185,6 +185,44 @@ def test_namespaces_can_be_trusted_by_label() -> None:
     assert admit(labelled, cni, namespace=TENANT) is not None
 
 
+def test_label_exemptions_live_in_the_namespace_selector_and_cover_every_policy() -> None:
+    """issue 29, 2: the API server gives match conditions no namespace, so a label exemption written there
+    judged a trusted namespace like a tenant's. The selector is where the API server applies it."""
+    run = run_program(guard(exemptNamespaceLabels={"hidden-gpu.io/trusted": "true"}, addVoid=True), "test")
+    policies = [r.inputs for r in (*run.of_type(Token.ADMISSION_POLICY), *run.of_type(Token.MUTATING_POLICY))]
+    assert len(policies) == 3
+    for declared in policies:
+        spec = declared["spec"]
+        assert spec["matchConstraints"]["namespaceSelector"] == {
+            "matchExpressions": [{"key": "hidden-gpu.io/trusted", "operator": "NotIn", "values": ["true"]}]
+        }
+        assert not any("namespaceObject" in c["expression"] for c in spec["matchConditions"])
+
+
+def test_match_conditions_see_no_namespace_as_on_the_api_server() -> None:
+    """The harness itself: a match condition that reads the namespace finds null (a model that filled it in
+    said label exemptions in match conditions worked; the real API server said they never did)."""
+    probe = {
+        "spec": {
+            "matchConditions": [{"name": "sees-namespace", "expression": "namespaceObject != null"}],
+            "validations": [{"expression": "namespaceObject != null", "message": "no namespace"}],
+        }
+    }
+    assert admit(probe, pod()) is None
+    probe["spec"]["matchConditions"] = []
+    assert admit(probe, pod()) == []  # validations do see it
+
+
+def test_allowed_device_classes_open_their_dra_resource_only() -> None:
+    allowing = pod_policy(run_program(guard(allowedDeviceClasses=["nic.example.com"]), "test"))
+    nic = pod(container(gpus="1", resource="deviceclass.resource.kubernetes.io/nic.example.com"))
+    assert admit(allowing, nic) == []
+    gpu = ROUTES["dra-extended-gpu-class-limits"][0]
+    assert rules_denying(allowing, gpu) == ["dra-extended-resources"]
+    assert "guard.allowedDeviceClasses (nic.example.com)" in (admit(allowing, gpu) or [""])[0]
+    assert rules_denying(pod_policy(run_program(guard(), "test")), nic) == ["dra-extended-resources"]
+
+
 def test_custom_exemptions_keep_the_plugin_namespace() -> None:
     custom = pod_policy(run_program(guard(exemptNamespaces=["infra"]), "test"))
     privileged = ROUTES["privileged"][0]

@@ -40,8 +40,10 @@ def _prepared(
     sub_resource: str,
     namespace_labels: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
-    """The CEL context after the policy's match conditions and variables, as the API server builds
-    it; None when a match condition excludes the request."""
+    """The CEL context after the policy's match constraints' namespace selector, its match conditions and its
+    variables, as the API server builds it; None when the selector or a match condition excludes the request.
+    Match conditions see `namespaceObject` null, as on kube-apiserver v1.36.3 (k8s.io/apiserver
+    pkg/admission/plugin/webhook/matchconditions/matcher.go:82-85); variables and validations see the namespace."""
     request = {
         "namespace": namespace,
         "operation": "CREATE" if old is None else "UPDATE",
@@ -49,19 +51,35 @@ def _prepared(
         "kind": {"kind": obj.get("kind", "Pod")},
     }
     labels = {"kubernetes.io/metadata.name": namespace, **(namespace_labels or {})}
-    context: dict[str, Any] = {
-        "object": obj,
-        "oldObject": old,
-        "request": request,
-        "namespaceObject": {"metadata": {"name": namespace, "labels": labels}},
-    }
     spec = policy["spec"]
+    if not selects((spec.get("matchConstraints") or {}).get("namespaceSelector") or {}, labels):
+        return None
+    context: dict[str, Any] = {"object": obj, "oldObject": old, "request": request, "namespaceObject": None}
     if not all(evaluate(c["expression"], context) for c in spec.get("matchConditions", [])):
         return None
+    context["namespaceObject"] = {"metadata": {"name": namespace, "labels": labels}}
     context["variables"] = {}
     for variable in spec.get("variables", []):
         context["variables"][variable["name"]] = evaluate(variable["expression"], context)
     return context
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector's verdict on a label set, as apimachinery's labels.Selector gives it (an empty
+    selector selects everything; NotIn and DoesNotExist select a set without the key)."""
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    for requirement in selector.get("matchExpressions") or []:
+        key, operator, values = requirement["key"], requirement["operator"], requirement.get("values") or []
+        verdict = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": key not in labels or labels[key] not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[operator]
+        if not verdict:
+            return False
+    return True
 
 
 def admit(

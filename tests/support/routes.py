@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.names import runtime_class_name
+from common.names import DRA_EXTENDED_RESOURCE_PREFIX, runtime_class_name
 from tests.support.guard import container, env, pod
 
 OURS = runtime_class_name("gpu-node-01")
+DRA = DRA_EXTENDED_RESOURCE_PREFIX
 VOID = env("NVIDIA_VISIBLE_DEVICES", "void")
 
 
@@ -185,6 +186,55 @@ ROUTES: dict[str, tuple[dict[str, Any], str | list[str]]] = {
         pod(container(envFrom=[{"prefix": "NVIDIA_G", "configMapRef": {"name": "x"}}])),
         "visible-devices-env-from",
     ),
+    # The toolkit's NRI plugin also reads the bare key, for every container (issue 29, 3).
+    "nri-cdi-bare-annotation": (
+        pod(annotations={"nvidia.cdi.k8s.io": "k8s.device-plugin.nvidia.com/gpu=all"}),
+        "cdi-annotations",
+    ),
+    "cdi-bare-domain-annotation": (pod(annotations={"cdi.k8s.io": "nvidia.com/gpu=all"}), "cdi-annotations"),
+    # DRA extended resources (KEP-5004): the scheduler allocates them through the DeviceClass, from any device
+    # it selects, with no claim and no quota (issue 29, 1).
+    **{
+        f"dra-extended-{name}": (built, "dra-extended-resources")
+        for name, built in (
+            ("gpu-class-limits", pod(container(gpus="1", resource=f"{DRA}gpu.nvidia.com"))),
+            (
+                "gpu-class-requests-only",
+                pod(container(resources={"requests": {f"{DRA}gpu.nvidia.com": "1"}})),
+            ),
+            ("mig-class", pod(container(gpus="1", resource=f"{DRA}mig.nvidia.com"))),
+            ("vfio-class", pod(container(gpus="1", resource=f"{DRA}vfio.gpu.nvidia.com"))),
+            ("imex-class", pod(container(gpus="1", resource=f"{DRA}compute-domain-default-channel.nvidia.com"))),
+            (
+                "native-sidecar",
+                pod(
+                    container(),
+                    initContainers=[
+                        container("side", gpus="1", resource=f"{DRA}gpu.nvidia.com", restartPolicy="Always")
+                    ],
+                ),
+            ),
+            (
+                "under-pool-class-with-void",
+                pod(
+                    container(gpus="1", resource=f"{DRA}gpu.nvidia.com", **VOID),
+                    runtimeClassName="hidden-gpu-pool-shared",
+                ),
+            ),
+            (
+                "beside-a-real-gpu",
+                pod(
+                    container(
+                        resources={
+                            "limits": {"nvidia.com/gpu": "1", f"{DRA}gpu.nvidia.com": "1"},
+                            "requests": {"nvidia.com/gpu": "1", f"{DRA}gpu.nvidia.com": "1"},
+                        }
+                    ),
+                    runtimeClassName=OURS,
+                ),
+            ),
+        )
+    },
     "resource-claims": (
         pod(
             container(resources={"claims": [{"name": "gpu"}]}),
@@ -217,6 +267,9 @@ BENIGN: dict[str, dict[str, Any]] = {
     "other-env": pod(container(**env("CUDA_VISIBLE_DEVICES", "0"))),
     "prometheus-annotation": pod(annotations={"prometheus.io/scrape": "true"}),
     "lookalike-annotation-domain": pod(annotations={"example.com/cdi.k8s.io": "x", "notcdi.k8s.io.example/y": "x"}),
+    "other-extended-resource": pod(container(gpus="1", resource="example.com/fpga")),
+    "lookalike-dra-prefix": pod(container(gpus="1", resource="example.com/deviceclass.resource.kubernetes.io")),
+    "hugepages": pod(container(resources={"limits": {"hugepages-2Mi": "2Mi", "memory": "64Mi"}})),
     "privileged-false": pod(container(securityContext={"privileged": False})),
     "host-namespaces-false": pod(hostPID=False, hostNetwork=False, hostIPC=False),
     "node-chosen-by-selector": pod(
