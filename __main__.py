@@ -61,8 +61,12 @@ pools = {
     pool: GpuPool(f"pool-{pool}", GpuPoolArgs(pool=pool), with_provider).runtime_class.metadata.name
     for pool in sorted({node.pool for node in stack.nodes if node.pool and node.exposed_gpus})
 }
+# The guard first: a node's switch (which removes the operator's plugin and so opens the routes the guard closes)
+# depends on every object of it, so a first `up` interrupted anywhere never leaves a hidden node unguarded.
+guard = AccessGuard("access-guard", guard_args(stack), with_provider)
+guarded = pulumi.ResourceOptions(provider=provider, depends_on=[guard])
 nodes = [
-    HiddenGpuNode(node.name, node_args(node, plugin, namespace.name, pools.get(node.pool or "")), with_provider)
+    HiddenGpuNode(node.name, node_args(node, plugin, namespace.name, pools.get(node.pool or "")), guarded)
     for node in stack.nodes
 ]
 StackRecord(
@@ -71,7 +75,6 @@ StackRecord(
     with_provider,
 )
 GpuQuotas("gpu-quotas", GpuQuotasArgs(quotas=stack.quotas), with_provider)
-AccessGuard("access-guard", guard_args(stack), with_provider)
 if stack.cluster_policy.patch:
     ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(cluster_policy=stack.cluster_policy.name), with_provider)
 

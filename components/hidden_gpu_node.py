@@ -136,7 +136,11 @@ class HiddenGpuNode(pulumi.ComponentResource):
             # destroy`) keeps its labels and stays hidden. Deleting the patch would remove them,
             # and the operator's all-GPU plugin would return. Giving a node back is
             # `python -m cluster.release`, on purpose.
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            # The switch waits for what the component was told to depend on: the program passes the access guard,
+            # so no node is hidden (its operator plugin gone, tenant routes open) before the guard exists.
+            opts=pulumi.ResourceOptions(
+                parent=self, retain_on_delete=True, depends_on=opts.depends_on if opts is not None else None
+            ),
         )
 
         self.runtime_class = None

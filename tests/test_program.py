@@ -6,6 +6,7 @@ import gc
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,6 +112,21 @@ def test_plugin_waits_for_the_label_patch(run: ProgramRun) -> None:
     daemonset = only(run.of_type(Token.DAEMONSET))
     patch = only([r for r in run.of_type(Token.NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01"])
     assert patch.urn in daemonset.dependencies
+
+
+@pytest.mark.parametrize("guard", [{}, {"addVoid": True}], ids=["prod", "add-void"])
+def test_no_node_is_hidden_before_its_guard_exists(guard: dict[str, Any]) -> None:
+    """issue 29, 4: every node switch waits for every object of the guard (policies, bindings, the void
+    policy), so an interrupted first `up` never leaves a hidden node unguarded; the engine reads this graph."""
+    declared = run_program(changed(lambda c: c.__setitem__("hidden-gpu:guard", guard)), "test")
+    guard_objects = {
+        r.urn for r in declared.resources if r.parent is not None and "hidden-gpu:index:AccessGuard" in r.parent
+    }
+    assert len(guard_objects) == (6 if guard else 4)
+    patches = declared.of_type(Token.NODE_PATCH)
+    assert len(patches) == 2
+    for patch in patches:
+        assert guard_objects <= set(patch.dependencies), patch.urn
 
 
 def test_fully_hidden_node_gets_only_the_label_patch(run: ProgramRun) -> None:
