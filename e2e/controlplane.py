@@ -83,28 +83,40 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
     _plurals: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
+    groups: dict[str, list[str]] = field(default_factory=lambda: dict(IDENTITIES))
 
     @classmethod
     @contextmanager
-    def start(cls, bin_dir: Path) -> Iterator[ControlPlane]:
-        """Everything under one tmpfs directory, removed afterwards; every process stopped, even on failure."""
+    def start(
+        cls,
+        bin_dir: Path,
+        *,
+        controllers: tuple[str, ...] = (),
+        identities: dict[str, list[str]] | None = None,
+    ) -> Iterator[ControlPlane]:
+        """Everything under one tmpfs directory, removed afterwards; every process stopped, even on failure.
+
+        `controllers` runs more kube-controller-manager controllers than CONTROLLERS (the node tier adds
+        node-lifecycle-controller); `identities` adds token identities (name -> groups), e.g. a kubelet's
+        `system:node:<node>` in `system:nodes`."""
         base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
         root = Path(tempfile.mkdtemp(prefix="hidden-gpu-e2e-", dir=base))
-        plane = cls(root, "", {name: os.urandom(16).hex() for name in IDENTITIES})
+        groups = {**IDENTITIES, **(identities or {})}
+        plane = cls(root, "", {name: os.urandom(16).hex() for name in groups}, groups=groups)
         try:
-            plane._start(bin_dir)
+            plane._start(bin_dir, controllers)
             yield plane
         finally:
             plane.stop()
             shutil.rmtree(root, ignore_errors=True)
 
-    def _start(self, bin_dir: Path) -> None:
+    def _start(self, bin_dir: Path, controllers: tuple[str, ...] = ()) -> None:
         pki = self.root / "pki"
         make_pki(pki)
         (self.root / "tokens.csv").write_text(
             "".join(
                 f"{self.tokens[name]},{name},{name}{',' + json.dumps(','.join(groups)) if groups else ''}\n"
-                for name, groups in IDENTITIES.items()
+                for name, groups in self.groups.items()
             )
         )
         (self.root / "audit.yaml").write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
@@ -131,8 +143,9 @@ class ControlPlane:
         for component in ("kube-controller-manager", "kube-scheduler"):
             identity = f"system:{component}"  # the identities tokens.csv gives them
             extra = (
-                [f"--controllers={CONTROLLERS}", f"--service-account-private-key-file={pki}/sa.key",
-                 f"--root-ca-file={pki}/ca.crt", "--use-service-account-credentials=true"]
+                [f"--controllers={','.join((CONTROLLERS, *controllers))}",
+                 f"--service-account-private-key-file={pki}/sa.key", f"--root-ca-file={pki}/ca.crt",
+                 "--use-service-account-credentials=true"]
                 if component == "kube-controller-manager"
                 else []
             )  # fmt: skip

@@ -1,0 +1,107 @@
+"""Container images without a registry, for the node tier: a one-layer OCI image archive made from local files
+(our static programs from e2e/go/node), imported into containerd's `k8s.io` namespace with `ctr images import`,
+so pods run them with `imagePullPolicy: Never`.
+
+    archive = oci_archive(PROBE, {"probe": LINKS / "probe"}, directory)
+    import_archive(ctr, socket, archive, snapshotter)
+
+The archive is an OCI image layout (oci-layout, index.json, blobs/sha256/...) in a tar file, byte-identical
+for the same inputs: every timestamp 0, every owner root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+CONFIG = "application/vnd.oci.image.config.v1+json"
+LAYER = "application/vnd.oci.image.layer.v1.tar"
+INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image of one layer: `files` maps a path in the image (no leading /) to a file here, mode 0755."""
+
+    name: str
+    """A full reference, e.g. hidden-gpu.test/probe:1 (the registry host is never contacted)."""
+    entrypoint: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# The sandbox (pause) image containerd pins, the probe every test pod runs and the stand-in plugin's image.
+# The probe's image sets NVIDIA_VISIBLE_DEVICES=all as NVIDIA's CUDA images do: the route a pod takes by
+# asking for no GPU at all.
+PAUSE = Image("hidden-gpu.test/pause:1", ("/pause",))
+PROBE = Image("hidden-gpu.test/probe:1", ("/probe",), {"NVIDIA_VISIBLE_DEVICES": "all"})
+PLUGIN = Image("hidden-gpu.test/device-plugin-stand-in:1", ("/hidden-gpu-test-plugin",))
+PATH_ENV = "/"
+
+
+def _blob(tar: tarfile.TarFile, data: bytes) -> dict[str, Any]:
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    _add(tar, f"blobs/sha256/{digest.removeprefix('sha256:')}", data, 0o644)
+    return {"digest": digest, "size": len(data)}
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def layer(files: dict[str, Path]) -> bytes:
+    """An uncompressed layer tar holding each file at its path, executable, owned by root."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, source in sorted(files.items()):
+            _add(tar, name.lstrip("/"), source.read_bytes(), 0o755)
+    return buffer.getvalue()
+
+
+def oci_archive(image: Image, files: dict[str, Path], directory: Path) -> Path:
+    """Write the image as an OCI layout tar in `directory`; returns its path."""
+    layer_bytes = layer(files)
+    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
+    env = [f"PATH={PATH_ENV}", *(f"{k}={v}" for k, v in image.env.items())]
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Env": env, "Entrypoint": list(image.entrypoint)},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created_by": "e2e/images.py: one layer of local files"}],
+    }
+    path = directory / (image.name.replace("/", "_").replace(":", "_") + ".tar")
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        layer_ref = {"mediaType": LAYER, **_blob(tar, layer_bytes)}
+        config_ref = {"mediaType": CONFIG, **_blob(tar, _json(config))}
+        manifest = {"schemaVersion": 2, "mediaType": MANIFEST, "config": config_ref, "layers": [layer_ref]}
+        manifest_ref = {"mediaType": MANIFEST, **_blob(tar, _json(manifest))}
+        # containerd names the imported image by this annotation (its archive importer reads it).
+        manifest_ref["annotations"] = {
+            "io.containerd.image.name": image.name,
+            "org.opencontainers.image.ref.name": image.name.rsplit(":", 1)[1],
+        }
+        _add(tar, "index.json", _json({"schemaVersion": 2, "mediaType": INDEX, "manifests": [manifest_ref]}), 0o644)
+        _add(tar, "oci-layout", _json({"imageLayoutVersion": "1.0.0"}), 0o644)
+    return path
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def import_archive(ctr: Path, address: Path, archive: Path, snapshotter: str) -> None:
+    """Import into containerd's k8s.io namespace (the CRI plugin's), unpacked for the kubelet's snapshotter."""
+    subprocess.run(
+        [str(ctr), "--address", str(address), "--namespace", "k8s.io", "images", "import",
+         "--snapshotter", snapshotter, "--platform", "linux/amd64", str(archive)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip

@@ -1,0 +1,433 @@
+"""A real GPU node's software without a GPU, registered to a running e2e.controlplane.ControlPlane: containerd
+(CRI) with runtimes `runc` and `nvidia` (NVIDIA's container runtime in CDI mode in front of runc), a kubelet,
+a CNI stub, and a synthetic CDI spec whose `nvidia.com/gpu` devices are the node's GPU UUIDs (and `all`).
+The spec is the one stand-in for a GPU: each device's edits inject a marker a container can print (a variable
+HIDDEN_GPU_TEST_GPU_<n>=<uuid> and a file /run/hidden-gpu-test/gpus/<uuid>), where a real spec injects
+device nodes and the driver's libraries.
+
+    with Node.start(plane, bin_dir, "gpu-node-01", uuids) as node:
+        node.toolkit(Toolkit(envvar_when_unprivileged=False, volume_mounts=True))  # read at each container start
+        node.logs("default", "probe")
+
+Everything lives under one temporary directory, except what the kubelet keeps at fixed paths:
+/var/lib/kubelet/device-plugins (the kubelet's registration socket and its checkpoint, where device plugins
+look whatever --root-dir says), emptied at start and stop. Needs root, Linux, and e2e.build's binaries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e import images
+from e2e.controlplane import ApiError, ControlPlane, free_port
+
+DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
+CHECKPOINT = DEVICE_PLUGINS / "kubelet_internal_checkpoint"
+MARKER_DIR = "/run/hidden-gpu-test/gpus"  # e2e/go/node/internal/marker
+MARKER_ENV = "HIDDEN_GPU_TEST_GPU_"
+CDI_KIND = "nvidia.com/gpu"
+# The kubelet sets these on start unless protectKernelDefaults (pkg/kubelet/cm/container_manager_linux.go,
+# setupKernelTunables); restored at stop.
+KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+READY_SECONDS = 120.0
+CNI_STUB = """#!/bin/sh
+# hidden-gpu's CNI stub for the node tier: reports a TEST-NET-1 address (RFC 5737) and configures nothing;
+# the pod's network namespace keeps only lo. DEL, CHECK and the rest have nothing to undo.
+cat >/dev/null
+case "$CNI_COMMAND" in
+ADD) printf '{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"%s"}],' "$CNI_NETNS"
+     printf '"ips":[{"address":"192.0.2.%d/24","interface":0}]}' "$(( $(od -An -N1 -tu1 /dev/urandom) % 250 + 2 ))" ;;
+VERSION) printf '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
+esac
+"""
+
+
+@dataclass(frozen=True)
+class Toolkit:
+    """The two settings of NVIDIA's container runtime that decide which requests it honours; the defaults are
+    the toolkit's own (api/config/v1/toml.go:255-256 of nvidia-container-toolkit v1.20.0)."""
+
+    envvar_when_unprivileged: bool = True
+    volume_mounts: bool = False
+
+
+HARDENED = Toolkit(envvar_when_unprivileged=False, volume_mounts=True)
+
+
+def marker_env(uuid: str) -> str:
+    return MARKER_ENV + re.sub(r"[^A-Za-z0-9]", "_", uuid).upper()
+
+
+def cdi_spec(uuids: list[str], marker_files: Path) -> dict[str, Any]:
+    """The synthetic CDI spec: one device per UUID and `all`, each injecting its GPUs' markers."""
+
+    def edits(of: list[str]) -> dict[str, Any]:
+        return {
+            "env": [f"{marker_env(u)}={u}" for u in of],
+            "mounts": [
+                {"hostPath": str(marker_files / u), "containerPath": f"{MARKER_DIR}/{u}",
+                 "options": ["ro", "nosuid", "nodev", "bind"]}
+                for u in of
+            ],
+        }  # fmt: skip
+
+    devices = [{"name": u, "containerEdits": edits([u])} for u in uuids]
+    devices.append({"name": "all", "containerEdits": edits(uuids)})
+    return {"cdiVersion": "0.6.0", "kind": CDI_KIND, "devices": devices}
+
+
+@dataclass
+class Node:
+    name: str
+    root: Path
+    bin_dir: Path
+    plane: ControlPlane
+    uuids: list[str]
+    snapshotter: str = "overlayfs"
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    sysctls: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    @contextmanager
+    def start(
+        cls, plane: ControlPlane, bin_dir: Path, name: str, uuids: list[str], toolkit: Toolkit = Toolkit()
+    ) -> Iterator[Node]:
+        """A registered, Ready node named `name` (its kubelet authenticates as system:node:<name>, which the plane
+        must know: ControlPlane.start(identities=...)); everything stopped and removed afterwards."""
+        if os.geteuid() != 0:
+            raise RuntimeError("the node tier runs containerd and a kubelet: it needs root")
+        if (DEVICE_PLUGINS / "kubelet.sock").exists():
+            raise RuntimeError(f"{DEVICE_PLUGINS}/kubelet.sock exists: another kubelet runs on this machine")
+        root = Path(tempfile.mkdtemp(prefix="hidden-gpu-node-"))
+        overlay = "overlay" in Path("/proc/filesystems").read_text()
+        node = cls(name, root, bin_dir, plane, list(uuids), "overlayfs" if overlay else "native")
+        try:
+            node._start(toolkit)
+            yield node
+        finally:
+            node.stop()
+            shutil.rmtree(root, ignore_errors=True)
+
+    # --- start ---------------------------------------------------------------------------------------------
+
+    def _start(self, toolkit: Toolkit) -> None:
+        started = time.monotonic()
+        for sysctl in KUBELET_SYSCTLS:
+            self.sysctls[sysctl] = (Path("/proc/sys") / sysctl).read_text().strip()
+        _empty(DEVICE_PLUGINS)
+        self._write_gpus()
+        self.toolkit(toolkit)
+        self._write_cni()
+        self._start_containerd()
+        self._import_images()
+        self.timings["containerd"] = time.monotonic() - started
+        self._start_kubelet()
+        self.wait_ready()
+        self.timings["ready"] = time.monotonic() - started
+
+    def _write_gpus(self) -> None:
+        files = self.root / "gpus"
+        files.mkdir()
+        for uuid in self.uuids:
+            (files / uuid).write_text(uuid + "\n")
+        (self.root / "cdi").mkdir()
+        (self.root / "cdi" / "hidden-gpu-test.json").write_text(json.dumps(cdi_spec(self.uuids, files), indent=1))
+
+    def toolkit(self, settings: Toolkit) -> None:
+        """(Re)write NVIDIA's container runtime config: mode cdi over our spec, runc behind it. It is read at every
+        container creation (nvidia-container-runtime reads it per call), so a change needs no restart."""
+        directory = self.root / "toolkit"
+        directory.mkdir(exist_ok=True)
+        config = directory / "config.toml"
+        envvar, mounts = (
+            str(setting).lower() for setting in (settings.envvar_when_unprivileged, settings.volume_mounts)
+        )
+        config.write_text(
+            f"accept-nvidia-visible-devices-envvar-when-unprivileged = {envvar}\n"
+            f"accept-nvidia-visible-devices-as-volume-mounts = {mounts}\n\n"
+            "[nvidia-container-runtime]\n"
+            f'debug = "{directory}/nvidia-container-runtime.log"\n'
+            'log-level = "info"\n'
+            'mode = "cdi"\n'
+            f'runtimes = ["{self.bin_dir / "runc"}"]\n\n'
+            "[nvidia-container-runtime.modes.cdi]\n"
+            f'default-kind = "{CDI_KIND}"\n'
+            f'spec-dirs = ["{self.root / "cdi"}"]\n'
+        )
+        wrapper = directory / "nvidia-runtime"
+        wrapper.write_text(
+            f"#!/bin/sh\nexport NVIDIA_CTK_CONFIG_FILE_PATH={config}\n"
+            f'exec {self.bin_dir.resolve() / "nvidia-container-runtime"} "$@"\n'
+        )
+        wrapper.chmod(0o755)
+
+    def _write_cni(self) -> None:
+        (self.root / "cni/bin").mkdir(parents=True)
+        (self.root / "cni/conf").mkdir()
+        stub = self.root / "cni/bin/hidden-gpu-cni-stub"
+        stub.write_text(CNI_STUB)
+        stub.chmod(0o755)
+        conf = {"cniVersion": "1.0.0", "name": "hidden-gpu-stub", "plugins": [{"type": stub.name}]}
+        (self.root / "cni/conf/10-hidden-gpu-stub.conflist").write_text(json.dumps(conf))
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.root / "containerd/containerd.sock"
+
+    def _start_containerd(self) -> None:
+        c = self.root / "containerd"
+        runtime = "plugins.'io.containerd.cri.v1.runtime'"
+
+        def runc_runtime(name: str, binary: Path) -> str:
+            return (
+                f"[{runtime}.containerd.runtimes.{name}]\n"
+                'runtime_type = "io.containerd.runc.v2"\n'
+                f"[{runtime}.containerd.runtimes.{name}.options]\n"
+                f'BinaryName = "{binary}"\n'
+                "SystemdCgroup = false\n"
+            )
+
+        (c / "config.toml").parent.mkdir(exist_ok=True)
+        (c / "config.toml").write_text(
+            "version = 3\n"
+            f'root = "{c}/root"\nstate = "{c}/state"\n'
+            f'[grpc]\naddress = "{self.containerd_socket}"\n'
+            f'[ttrpc]\naddress = "{self.containerd_socket}.ttrpc"\n'
+            f"[plugins.'io.containerd.internal.v1.opt']\npath = \"{c}/opt\"\n"
+            "[plugins.'io.containerd.nri.v1.nri']\ndisable = true\n"
+            "[plugins.'io.containerd.grpc.v1.cri']\n"
+            'stream_server_address = "127.0.0.1"\nstream_server_port = "0"\n'
+            "[plugins.'io.containerd.cri.v1.images']\n"
+            f'snapshotter = "{self.snapshotter}"\n'
+            "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
+            f'sandbox = "{images.PAUSE.name}"\n'
+            f"[{runtime}]\n"
+            "enable_cdi = true\n"
+            f'cdi_spec_dirs = ["{self.root / "cdi"}"]\n'
+            # Root here (and on the GPU machine) lacks CAP_SYS_RESOURCE: without this a sandbox fails
+            # "failed to update /proc/self/oom_score_adj" (shared/notes/real-node.md).
+            "restrict_oom_score_adj = true\n"
+            f"[{runtime}.cni]\n"
+            f'bin_dirs = ["{self.root / "cni/bin"}"]\nconf_dir = "{self.root / "cni/conf"}"\n'
+            f"[{runtime}.containerd]\n"
+            'default_runtime_name = "runc"\n'
+            + runc_runtime("runc", self.bin_dir.resolve() / "runc")
+            + runc_runtime("nvidia", self.root / "toolkit/nvidia-runtime")
+        )
+        # The shim is found on PATH (containerd-shim-runc-v2 beside containerd).
+        env = {**os.environ, "PATH": f"{self.bin_dir.resolve()}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        self._spawn("containerd", [str(self.bin_dir / "containerd"), "--config", str(c / "config.toml")], env)
+        self._wait(self.containerd_socket.exists, "containerd's socket", 30)
+
+    def _import_images(self) -> None:
+        directory = self.root / "images"
+        directory.mkdir()
+        for image, files in (
+            (images.PAUSE, {"pause": self.bin_dir / "pause"}),
+            (images.PROBE, {"probe": self.bin_dir / "probe"}),
+            (images.PLUGIN, {"hidden-gpu-test-plugin": self.bin_dir / "hidden-gpu-test-plugin"}),
+        ):
+            archive = images.oci_archive(image, files, directory)
+            images.import_archive(self.bin_dir / "ctr", self.containerd_socket, archive, self.snapshotter)
+
+    def _start_kubelet(self) -> None:
+        k = self.root / "kubelet"
+        k.mkdir()
+        identity = f"system:node:{self.name}"
+        # The kubelet's own rights: the system:node role for its group (the API server here authorizes with RBAC
+        # only, without the Node authorizer; NodeRestriction admission still limits it to its own node and pods).
+        with suppress(ApiError):  # already bound by an earlier node of this plane
+            self.plane.request(
+                "POST",
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                {
+                    "metadata": {"name": "hidden-gpu-e2e-nodes"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}],
+                },
+            )
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": "127.0.0.1",
+            "port": free_port(),
+            "readOnlyPort": 0,
+            "healthzPort": 0,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(self.plane.root / "pki/ca.crt")},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
+            "cgroupDriver": "cgroupfs",  # no systemd here
+            "failSwapOn": False,
+            "failCgroupV1": False,  # CI's machine mounts cgroup v1 (tmpfs at /sys/fs/cgroup)
+            "resolvConf": "",
+            "enforceNodeAllocatable": [],
+            "imageGCHighThresholdPercent": 100,  # keep the imported images: none can be pulled
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
+            "podLogsDir": str(self.root / "pod-logs"),
+            "nodeStatusUpdateFrequency": "2s",
+            "syncFrequency": "5s",
+        }
+        (k / "config.yaml").write_text(yaml.safe_dump(config))
+        self._spawn(
+            "kubelet",
+            [str(self.bin_dir / "kubelet"), f"--config={k / 'config.yaml'}",
+             f"--kubeconfig={self.plane.kubeconfig(identity)}", f"--root-dir={k / 'root'}", f"--cert-dir={k / 'pki'}",
+             f"--hostname-override={self.name}", "--node-ip=127.0.0.1", "--v=1"],
+            dict(os.environ),
+        )  # fmt: skip
+
+    def _spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
+        with (self.root / f"{name}.log").open("ab") as log:
+            self.processes[name] = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _wait(self, check: Any, what: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not check():
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited ({process.returncode}): {self.log(name)[-3000:]}")
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {n}\n{self.log(n)[-2000:]}" for n in self.processes)
+                raise RuntimeError(f"{what} not reached in {seconds} s\n{logs}")
+            time.sleep(0.3)
+
+    def node(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.plane.request("GET", f"/api/v1/nodes/{self.name}")
+        return result
+
+    def wait_ready(self) -> None:
+        """Registered, Ready, and without the not-ready taint (the node lifecycle controller lifts it)."""
+
+        def ready() -> bool:
+            try:
+                node = self.node()
+            except ApiError:
+                return False
+            conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+            return conditions.get("Ready") == "True" and not node.get("spec", {}).get("taints")
+
+        self._wait(ready, f"node {self.name} Ready and untainted", READY_SECONDS)
+
+    # --- what tests read -----------------------------------------------------------------------------------
+
+    def logs(self, namespace: str, pod: str, container: str | None = None) -> list[str]:
+        """A container's output, read from the kubelet's podLogsDir (CRI log format) rather than through
+        pods/log, which would need the API server to trust the kubelet's serving certificate."""
+        obj = self.plane.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        container = container or obj["spec"]["containers"][0]["name"]
+        directory = self.root / "pod-logs" / f"{namespace}_{pod}_{obj['metadata']['uid']}" / container
+        lines: list[str] = []
+        for path in sorted(directory.glob("*.log")) if directory.is_dir() else []:
+            for line in path.read_text(errors="replace").splitlines():
+                parts = line.split(" ", 3)  # <time> <stream> <P|F> <text>
+                if len(parts) == 4:
+                    lines.append(parts[3])
+        return lines
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The kubelet's device manager checkpoint: {"Data": {"PodDeviceEntries": [...], "RegisteredDevices":
+        {resource: [ids]}}, "Checksum": ...} (pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go)."""
+        if not CHECKPOINT.exists():
+            return {}
+        data: dict[str, Any] = json.loads(CHECKPOINT.read_text()).get("Data", {})
+        return data
+
+    # --- stop ----------------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """The kubelet first, then every container (ctr), containerd, leftover mounts, the kubelet's pod cgroups;
+        the device-plugins directory emptied and the kubelet's sysctls restored."""
+        self._terminate("kubelet")
+        if "containerd" in self.processes and self.processes["containerd"].poll() is None:
+            self._remove_containers()
+        self._terminate("containerd")
+        _unmount_under(self.root)
+        _remove_pod_cgroups()
+        _empty(DEVICE_PLUGINS)
+        for sysctl, value in self.sysctls.items():
+            with suppress(OSError):
+                (Path("/proc/sys") / sysctl).write_text(value)
+
+    def _terminate(self, name: str) -> None:
+        process = self.processes.get(name)
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def _ctr(self, *args: str) -> str:
+        result = subprocess.run(
+            [str(self.bin_dir / "ctr"), "--address", str(self.containerd_socket), "--namespace", "k8s.io", *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        return result.stdout
+
+    def _remove_containers(self) -> None:
+        for line in self._ctr("tasks", "ls").splitlines()[1:]:
+            task = line.split()[0]
+            self._ctr("tasks", "kill", "--all", "--signal", "SIGKILL", task)
+        for line in self._ctr("tasks", "ls").splitlines()[1:]:
+            self._ctr("tasks", "delete", "--force", line.split()[0])
+        for container in self._ctr("containers", "ls", "--quiet").split():
+            self._ctr("containers", "delete", container)
+
+
+def _empty(directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _unmount_under(root: Path) -> None:
+    """Lazily unmount, deepest first, whatever is still mounted under root (sandbox shm, rootfs, volumes)."""
+    points = [
+        line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if line.split()[4].startswith(f"{root}/")
+    ]  # fmt: skip
+    for point in sorted(set(points), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def _remove_pod_cgroups() -> None:
+    """The kubelet's kubepods cgroups (cgroupfs driver), deepest first; any still holding a process stays."""
+    base = Path("/sys/fs/cgroup")
+    tops = [base / "kubepods"] if (base / "cgroup.controllers").exists() else list(base.glob("*/kubepods"))
+    for top in tops:
+        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            with suppress(OSError):
+                directory.rmdir()
+        with suppress(OSError):
+            top.rmdir()
