@@ -115,7 +115,7 @@ class FakeKubelet(threading.Thread):
         while not self.stopping.wait(0.3):
             try:
                 self.report()
-            except ApiError:
+            except (ApiError, OSError):  # a refusal, or an API server a test has killed
                 continue
 
     def report(self) -> None:

@@ -110,6 +110,37 @@ def test_exempt_namespaces_are_not_judged(plane: ControlPlane, guard: ProgramRun
     assert denial(plane, ROUTES["privileged"][0], namespace=TENANT, identity="admin") is not None
 
 
+TRUSTED = {"hidden-gpu.io/trusted": "true"}
+
+
+def test_a_label_exempts_a_namespace_on_the_real_api_server(plane: ControlPlane, guard: ProgramRun) -> None:
+    """issue 29, 2: with the exemption in match conditions, kube-apiserver judged a labelled namespace like a
+    tenant's (it gives match conditions no namespace). As a namespace selector it holds, for the void policy
+    too; the same pod in an unlabelled namespace, or one whose label has another value, is still judged."""
+    for name, labels in (("cni-trusted", TRUSTED), ("cni-lookalike", {"hidden-gpu.io/trusted": "yes"})):
+        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+    config = changed(
+        lambda c: c.__setitem__(
+            "hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor"], "exemptNamespaceLabels": TRUSTED, "addVoid": True}
+        )
+    )
+    run = apply_guard(plane, config)
+    try:
+        probe = ROUTES["host-pid"][0]
+        assert denial(plane, probe, namespace="cni-trusted", identity="admin") is None
+        assert rule_in(denial(plane, probe, namespace="cni-lookalike", identity="admin")) == "host-namespaces"
+        assert rule_in(denial(plane, probe, namespace=TENANT, identity="admin")) == "host-namespaces"
+        # The void policy: a sidecar without a request is left alone in the trusted namespace.
+        sidecar = with_namespace(pod(container(gpus="1"), container("sidecar"), runtimeClassName=OURS), "cni-trusted")
+        answer = plane.create(sidecar, identity="admin", dry_run=True)
+        assert "env" not in answer["spec"]["containers"][1]
+    finally:
+        for obj in guard_objects(run):
+            if obj["kind"].startswith("Mutating"):
+                plane.request("DELETE", plane.path(obj))
+        apply_guard(plane, changed(lambda c: c.__setitem__("hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor"]})))
+
+
 def created(plane: ControlPlane, obj: dict[str, Any], name: str) -> dict[str, Any]:
     placed = with_namespace(obj, TENANT)
     placed["metadata"]["name"] = name
