@@ -41,10 +41,13 @@ test-all: $(VENV)/.installed
 
 # The real tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi CLI and its
 # Kubernetes provider, built from the Go modules pinned in e2e/go/ (cached by version), then tests/real
-# against them on loopback. Needs Go 1.26.6+; docs/testing.md has the times.
+# against them on loopback; then the node tier (tests/node, as root): a real kubelet, containerd, runc and
+# NVIDIA's runtime. Needs Go 1.26.6+ (e2e.build installs libseccomp-dev for runc where missing); docs/testing.md
+# has the times.
 e2e: $(VENV)/.installed
 	$(PY) -m e2e.build
 	$(PY) -m pytest -q -m real tests/real
+	$(PY) -m pytest -q -m real tests/node
 
 # The GPU host check's binaries (NVIDIA's container toolkit, runc), copied into e2e/.gpu to carry to a
 # GPU host: there, python3 e2e/gpu_runtime_check.py --bin e2e/.gpu --out DIR (docs/testing.md).

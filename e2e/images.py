@@ -41,7 +41,17 @@ class Image:
 # asking for no GPU at all.
 PAUSE = Image("hidden-gpu.test/pause:1", ("/pause",))
 PROBE = Image("hidden-gpu.test/probe:1", ("/probe",), {"NVIDIA_VISIBLE_DEVICES": "all"})
-PLUGIN = Image("hidden-gpu.test/device-plugin-stand-in:1", ("/hidden-gpu-test-plugin",))
+# NVIDIA's plugin image sets the same variables (deployments/container/Dockerfile:62-64 of k8s-device-plugin
+# v0.20.0); the rendered DaemonSet's env overrides NVIDIA_VISIBLE_DEVICES.
+PLUGIN = Image(
+    "hidden-gpu.test/device-plugin-stand-in:1",
+    ("/hidden-gpu-test-plugin",),
+    {
+        "NVIDIA_DISABLE_REQUIRE": "true",
+        "NVIDIA_VISIBLE_DEVICES": "all",
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    },
+)
 PATH_ENV = "/"
 
 

@@ -45,12 +45,16 @@ CDI_KIND = "nvidia.com/gpu"
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 READY_SECONDS = 120.0
 CNI_STUB = """#!/bin/sh
-# hidden-gpu's CNI stub for the node tier: reports a TEST-NET-1 address (RFC 5737) and configures nothing;
-# the pod's network namespace keeps only lo. DEL, CHECK and the rest have nothing to undo.
+# hidden-gpu's CNI stub for the node tier, installed as the network's plugin and as `loopback` (containerd adds a
+# loopback network of its own): reports an address, 127.0.0.1 for lo and a TEST-NET-1 one (RFC 5737) for the
+# pod's interface, and configures nothing: the pod's network namespace keeps only lo, down. DEL, CHECK and the
+# rest have nothing to undo.
 cat >/dev/null
+if [ "$CNI_IFNAME" = lo ]; then address=127.0.0.1/8
+else address="192.0.2.$(( $(od -An -N1 -tu1 /dev/urandom) % 250 + 2 ))/24"; fi
 case "$CNI_COMMAND" in
-ADD) printf '{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"%s"}],' "$CNI_NETNS"
-     printf '"ips":[{"address":"192.0.2.%d/24","interface":0}]}' "$(( $(od -An -N1 -tu1 /dev/urandom) % 250 + 2 ))" ;;
+ADD) printf '{"cniVersion":"1.0.0","interfaces":[{"name":"%s","sandbox":"%s"}],' "$CNI_IFNAME" "$CNI_NETNS"
+     printf '"ips":[{"address":"%s","interface":0}]}' "$address" ;;
 VERSION) printf '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
 esac
 """
@@ -182,6 +186,7 @@ class Node:
         stub = self.root / "cni/bin/hidden-gpu-cni-stub"
         stub.write_text(CNI_STUB)
         stub.chmod(0o755)
+        (self.root / "cni/bin/loopback").symlink_to(stub.name)
         conf = {"cniVersion": "1.0.0", "name": "hidden-gpu-stub", "plugins": [{"type": stub.name}]}
         (self.root / "cni/conf/10-hidden-gpu-stub.conflist").write_text(json.dumps(conf))
 
@@ -217,7 +222,6 @@ class Node:
             "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
             f'sandbox = "{images.PAUSE.name}"\n'
             f"[{runtime}]\n"
-            "enable_cdi = true\n"
             f'cdi_spec_dirs = ["{self.root / "cdi"}"]\n'
             # Root here (and on the GPU machine) lacks CAP_SYS_RESOURCE: without this a sandbox fails
             # "failed to update /proc/self/oom_score_adj" (shared/notes/real-node.md).
@@ -292,7 +296,7 @@ class Node:
             "kubelet",
             [str(self.bin_dir / "kubelet"), f"--config={k / 'config.yaml'}",
              f"--kubeconfig={self.plane.kubeconfig(identity)}", f"--root-dir={k / 'root'}", f"--cert-dir={k / 'pki'}",
-             f"--hostname-override={self.name}", "--node-ip=127.0.0.1", "--v=1"],
+             f"--hostname-override={self.name}", "--v=1"],
             dict(os.environ),
         )  # fmt: skip
 

@@ -1,0 +1,229 @@
+"""The node tier's fixtures: a control plane (e2e.controlplane, with the node lifecycle controller) and one real
+node registered to it (e2e.node: containerd, runc, NVIDIA's container runtime in CDI mode over a synthetic
+spec, a kubelet), started once per session; a small stack rendered by this program and applied to it by
+server-side apply of the render's objects.
+
+Marked `real` (make e2e runs them after tests/real; make test deselects them). Needs root and the binaries
+python -m e2e.build links into e2e/.bin."""
+
+from __future__ import annotations
+
+import base64
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.names import device_plugin_name
+from e2e.build import LINKS
+from e2e.controlplane import ApiError, ControlPlane
+from e2e.images import PLUGIN, PROBE
+from e2e.node import Node
+from offline.render import render
+from tests.support.stacks import EXPOSED, HIDDEN, write_stack
+
+NODE = "gpu-node-01"
+TENANT = "ml-team"
+PLUGIN_NAMESPACE = "hidden-gpu-system"
+GPU = "nvidia.com/gpu"
+RUNTIME_CLASS = f"hidden-gpu-{NODE}"
+# What the node tier runs, by the names e2e.build links.
+REQUIRED = (
+    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
+    "containerd-shim-runc-v2", "ctr", "runc", "nvidia-container-runtime", "pause", "probe", "hidden-gpu-test-plugin",
+)  # fmt: skip
+# A pod starts in a few seconds here; a plugin roll and re-registration in about ten.
+NODE_TEST_TIMEOUT_S = 300
+WAIT_S = 90.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/node/" in str(item.path):
+            item.add_marker(pytest.mark.real)
+            item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_S))
+
+
+@pytest.fixture(scope="session")
+def node_bin_dir() -> Path:
+    if os.geteuid() != 0:
+        pytest.fail("the node tier runs containerd and a kubelet: run it as root")
+    missing = [name for name in REQUIRED if not (LINKS / name).exists()]
+    if missing:
+        pytest.fail(f"no {', '.join(missing)} in {LINKS}: build them first with python -m e2e.build (make e2e does)")
+    return LINKS
+
+
+@pytest.fixture(scope="session")
+def node_plane(node_bin_dir: Path) -> Iterator[ControlPlane]:
+    # The node lifecycle controller lifts the API server's not-ready taint once the kubelet reports Ready, as in
+    # a cluster (tests/real has no kubelet and lifts it by hand).
+    with ControlPlane.start(
+        node_bin_dir,
+        controllers=("node-lifecycle-controller",),
+        identities={f"system:node:{NODE}": ["system:nodes"]},
+    ) as plane:
+        plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def node(node_plane: ControlPlane, node_bin_dir: Path) -> Iterator[Node]:
+    # The node's GPUs, as the synthetic CDI spec names them: the stack's exposed and hidden UUIDs.
+    with Node.start(node_plane, node_bin_dir, NODE, [EXPOSED, *HIDDEN]) as started:
+        print(f"node {NODE}: containerd and images {started.timings['containerd']:.1f} s, "
+              f"Ready {started.timings['ready']:.1f} s")  # fmt: skip
+        yield started
+
+
+def stack(strategy: str) -> dict[str, Any]:
+    """One node exposing EXPOSED and hiding HIDDEN; the plugin's device-list strategy as given."""
+    plugin: dict[str, Any] = {"image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0", "deviceListStrategy": strategy}
+    if strategy == "volume-mounts":
+        plugin["volumeMountsAcceptedBy"] = "nodeConfig"  # the node's toolkit config accepts them (e2e.node.HARDENED)
+    return {
+        "kubernetes:context": "admin@e2e",
+        "pulumi:disable-default-providers": ["kubernetes"],
+        "hidden-gpu:nodes": [{"name": NODE, "exposedGpus": [EXPOSED], "hiddenGpus": list(HIDDEN)}],
+        "hidden-gpu:devicePlugin": plugin,
+    }
+
+
+def rendered_objects(tmp: Path, strategy: str, *, guard: bool) -> list[dict[str, Any]]:
+    """The render of stack(strategy), as `make render` writes it; without the guard's policies unless asked.
+    The one change: the plugin DaemonSet's image is the stand-in's (e2e/go/node/cmd/hidden-gpu-test-plugin),
+    imported locally (pull policy Never), since NVIDIA's plugin image cannot be had here. Every other field,
+    its security context, seccomp profile, mounts, env and runtime class included, is the render's."""
+    rendered = render(write_stack(tmp, stack(strategy), name="node"))
+    objects = []
+    for name, obj in sorted(rendered.files.items()):
+        if not guard and name.startswith("validatingadmissionpolicy"):
+            continue
+        annotations = obj.get("metadata", {}).get("annotations") or {}
+        for key in [k for k in annotations if k.startswith("pulumi.com/")]:  # the provider's, not the object's
+            del annotations[key]
+        if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] == device_plugin_name(NODE):
+            (container,) = obj["spec"]["template"]["spec"]["containers"]
+            container["image"], container["imagePullPolicy"] = PLUGIN.name, "Never"  # THE image substitution
+        objects.append(obj)
+    # Namespaces first, as Pulumi's dependency order has them.
+    return sorted(objects, key=lambda o: o["kind"] != "Namespace")
+
+
+def apply_render(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        plane.apply(obj, manager="hidden-gpu")
+
+
+def eventually(check: Callable[[], Any], what: str, seconds: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + seconds
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (ApiError, AssertionError, KeyError) as error:
+            last = error
+        time.sleep(0.3)
+    pytest.fail(f"{what} not reached in {seconds} s: {last}")
+
+
+def plugin_pod(plane: ControlPlane, strategy: str) -> dict[str, Any]:
+    """The plugin DaemonSet's Running pod with DEVICE_LIST_STRATEGY = strategy (a roll ends with one)."""
+    pods = plane.request(
+        "GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods?labelSelector=app.kubernetes.io/instance%3D{NODE}"
+    )["items"]
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+        if (
+            env.get("DEVICE_LIST_STRATEGY") == strategy
+            and pod["status"].get("phase") == "Running"
+            and not pod["metadata"].get("deletionTimestamp")
+        ):
+            return dict(pod)
+    return {}
+
+
+def probe_pod(
+    name: str,
+    *,
+    gpus: int | None = None,
+    env: dict[str, str] | None = None,
+    sleep: bool = False,
+    node_name: str | None = None,
+) -> dict[str, Any]:
+    """A tenant pod of the node's RuntimeClass running the probe image (whose ENV says NVIDIA_VISIBLE_DEVICES=all)."""
+    container: dict[str, Any] = {
+        "name": "probe",
+        "image": PROBE.name,
+        "imagePullPolicy": "Never",
+        "args": ["sleep" if sleep else "exit"],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    if gpus is not None:
+        container["resources"] = {"limits": {GPU: str(gpus)}}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    spec: dict[str, Any] = {
+        "runtimeClassName": RUNTIME_CLASS,
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 1,
+        "containers": [container],
+    }
+    if node_name:
+        spec["nodeName"] = node_name  # past the scheduler: the kubelet's own admission decides
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": TENANT}, "spec": spec}
+
+
+def run_probe(plane: ControlPlane, node: Node, pod: dict[str, Any]) -> dict[str, Any]:
+    """Create the pod and wait until its probe has printed everything; returns the pod and what it saw."""
+    created = plane.create(pod)
+    name = created["metadata"]["name"]
+
+    def printed() -> dict[str, Any] | None:
+        current = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/{name}")
+        phase = current["status"].get("phase")
+        if phase == "Failed":
+            return {"pod": current, "lines": []}
+        lines = node.logs(TENANT, name) if phase in ("Running", "Succeeded") else []
+        return {"pod": current, "lines": lines} if "done" in lines else None
+
+    result: dict[str, Any] = eventually(printed, f"pod {name} printed its view")
+    return result
+
+
+def seen(lines: list[str]) -> set[str]:
+    """The GPUs a probe saw: the synthetic spec's markers (variables and files must agree)."""
+    variables = {line.split(" ", 1)[1] for line in lines if line.startswith("cdi-env ")}
+    files = {line.split(" ", 1)[1] for line in lines if line.startswith("cdi-file ")}
+    assert variables == files, f"the CDI markers disagree: {lines}"
+    return files
+
+
+def delete_pods(plane: ControlPlane, node: Node) -> None:
+    """Delete every tenant pod and wait until the kubelet has stopped them."""
+    plane.request("DELETE", f"/api/v1/namespaces/{TENANT}/pods")  # graceful: the kubelet confirms
+    eventually(lambda: not plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods")["items"], "tenant pods deleted")
+
+
+def allocated(node: Node, pod: dict[str, Any]) -> list[str]:
+    """The device IDs the kubelet's checkpoint says it allocated to the pod's container."""
+    ids: list[str] = []
+    for entry in node.checkpoint().get("PodDeviceEntries") or []:
+        if entry["PodUID"] == pod["metadata"]["uid"] and entry["ResourceName"] == GPU:
+            device_ids = entry["DeviceIDs"]
+            ids += [i for group in device_ids.values() for i in group] if isinstance(device_ids, dict) else device_ids
+    return sorted(ids)
+
+
+def alloc_response(node: Node, pod: dict[str, Any]) -> bytes:
+    """The plugin's Allocate answer the kubelet checkpointed for the pod (a serialized protobuf)."""
+    for entry in node.checkpoint().get("PodDeviceEntries") or []:
+        if entry["PodUID"] == pod["metadata"]["uid"] and entry["ResourceName"] == GPU:
+            return base64.b64decode(entry["AllocResp"])
+    return b""
