@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
-from common.cli import UnavailableError, UsageError, bounded
+from common.cli import UnavailableError, UsageError, bounded, captured_log, positive_seconds
 
 # Seconds: connect, then read; a check that cannot see must say so, not hang.
 TIMEOUTS = (5.0, 30.0)
@@ -31,19 +32,36 @@ def add_cluster_options(arguments: argparse.ArgumentParser) -> None:
 
 
 def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> client.ApiClient:
-    """A client for the cluster the stack names; --kubeconfig/--context override the stack's keys."""
+    """A client for the cluster the stack names; --kubeconfig/--context override the stack's keys.
+
+    Called before the first request: a --deadline that would end every wait before it starts, or never, is
+    refused here (argparse takes `nan`, `inf` and `-1` as floats)."""
+    deadline = getattr(args, "deadline", None)
+    if deadline is not None and not isinstance(deadline, str):
+        try:
+            positive_seconds(str(deadline))
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"--deadline {error}") from None
     context = args.context or stack_config.get("kubernetes:context")
     kubeconfig = args.kubeconfig or stack_config.get("kubernetes:kubeconfig")
+    where = f"kubeconfig (context {context or 'current'})"
     configuration = client.Configuration()
     try:
-        if isinstance(kubeconfig, str) and "\n" in kubeconfig:  # the key may hold the file's content
-            loaded = yaml.safe_load(kubeconfig)
-            config.load_kube_config_from_dict(loaded, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            path = str(Path(kubeconfig).expanduser()) if kubeconfig else None
-            config.load_kube_config(config_file=path, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        # The client runs an exec credential plugin here, and reports its failure only by logging it.
+        with captured_log(logging.ERROR) as failures:
+            if isinstance(kubeconfig, str) and "\n" in kubeconfig:  # the key may hold the file's content
+                loaded = yaml.safe_load(kubeconfig)
+                config.load_kube_config_from_dict(loaded, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
+            else:
+                path = str(Path(kubeconfig).expanduser()) if kubeconfig else None
+                config.load_kube_config(config_file=path, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError, yaml.YAMLError, TypeError, ValueError) as error:  # ValueError: not UTF-8
-        raise UsageError(f"kubeconfig (context {context or 'current'}): {error}") from None
+        raise UsageError(f"{where}: {error}") from None
+    if failures:
+        said = bounded(failures[0].getMessage(), 200)
+        missing = "No such file or directory" in said
+        hint = "not installed, or not on PATH" if missing else "it failed (logged in? its own output says more)"
+        raise UsageError(f"{where}: its exec credential plugin: {hint}: {said}")
     configuration.retries = False  # the callers retry, with backoff and a deadline
     return client.ApiClient(configuration)
 

@@ -8,10 +8,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import logging
+import math
+import os
+import stat
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 # Exit statuses, the same for every tool. A gate can tell a finding (1) from a crash (4).
 EXIT_OK = 0
@@ -25,6 +30,10 @@ STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 STACK_FILE_GLOB = "Pulumi.*.yaml"
 # Error messages quote at most this much of a bad value.
 SHOWN_VALUE_CHARS = 80
+# How a tool ends when the reader of its output goes away (`| head`): as if killed by SIGPIPE, as `cat` does.
+EXIT_CLOSED_PIPE = 128 + 13
+# The tools' own modules: run as `python -m <room>.<tool>`, they leave a Ctrl-C quietly (see the end of this file).
+TOOL_ROOMS = ("offline", "cluster", "host")
 
 
 class ToolError(Exception):
@@ -58,6 +67,8 @@ _OS_ERRORS: dict[int, tuple[int, str]] = {
     errno.EADDRINUSE: (EXIT_USAGE, "the port is in use: choose another, or stop what listens there"),
     errno.EADDRNOTAVAIL: (EXIT_USAGE, "the address is not one of this machine's: choose another"),
     errno.EMFILE: (EXIT_UNAVAILABLE, "too many open files: raise the limit (ulimit -n), then run again"),
+    errno.ENAMETOOLONG: (EXIT_USAGE, "the name is too long for the file system: give a shorter path"),
+    errno.ELOOP: (EXIT_USAGE, "too many levels of symbolic links: give the path itself"),
 }
 
 
@@ -97,6 +108,11 @@ def error_path(debug: bool = False) -> Iterator[None]:
         yield
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except BrokenPipeError:
+        # The reader left (`| head`): nothing to say to anyone. stdout goes to /dev/null so that the
+        # interpreter's last flush at exit does not complain about the closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_CLOSED_PIPE) from None
     except Exception as error:
         failure = error if isinstance(error, ToolError) else os_error(error) if isinstance(error, OSError) else None
         if failure is not None:
@@ -113,16 +129,112 @@ def run(command: Callable[[], int], debug: bool = False) -> int:
     """The exit status of `command`, or of the failure error_path turned it into."""
     try:
         with error_path(debug):
-            return command()
+            status = command()
+            sys.stdout.flush()  # a closed pipe is met here, on the error path, not at the interpreter's exit
+            return status
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else EXIT_INTERNAL
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument said as every other problem is: one `error:` line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print_errors(f"{bounded(message, 300)} (python -m {self.prog.removeprefix('python -m ')} --help)")
+        raise SystemExit(EXIT_USAGE)
+
+
 def parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     """An argument parser with the options every tool has."""
-    result = argparse.ArgumentParser(prog=prog, description=(doc or "").strip().splitlines()[0])
+    result = _Parser(prog=prog, description=(doc or "").strip().splitlines()[0])
     result.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
     return result
+
+
+def positive_seconds(text: str) -> float:
+    """A duration argument (`--deadline`, `--interval`): a finite number of seconds above zero. Zero, a negative,
+    `nan` or `inf` would end a wait before it starts, spin, or never end."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{bounded(text)}: not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{bounded(text)}: must be a number of seconds above 0")
+    return value
+
+
+def port_number(text: str) -> int:
+    """A TCP port to listen on: 1 to 65535."""
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise argparse.ArgumentTypeError(f"{bounded(text)}: not a port number (1-65535)")
+    return int(text)
+
+
+class FileRefusedError(UsageError):
+    """A file a tool reads that is no file to read: `reason` says why, without the path."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path, self.reason = path, reason
+        super().__init__(f"{shown_path(path)}: {reason}")
+
+
+def read_regular_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of `path`, a regular file (or a link to one) of at most `limit` bytes, else FileRefusedError.
+
+    Judged before anything is read: a FIFO waits for a writer forever, /dev/zero never ends, and opening some
+    devices does something. Opened without blocking and judged again by the descriptor: the path may change.
+    """
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise FileRefusedError(path, f"is not a regular file (a FIFO, device or directory?): give the {what}")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(descriptor, "rb") as file:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise FileRefusedError(path, f"is not a regular file (a FIFO, device or directory?): give the {what}")
+            data = file.read(limit + 1)
+    except OSError as error:
+        raise FileRefusedError(path, f"cannot read {what}: {error.strerror or error}") from None
+    if len(data) > limit:
+        raise FileRefusedError(path, f"larger than {limit // 1024} KiB: not a {what}")
+    return data
+
+
+@contextlib.contextmanager
+def captured_log(level: int) -> Iterator[list[logging.LogRecord]]:
+    """The root logger's records of at least `level` while the block runs, kept instead of printed: libraries
+    that report through `logging` (Pulumi's mock engine, the kubernetes client's exec plugin) would print them
+    bare (`ERROR:root:...`), and the tool says them once, in its own words."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(level)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield records
+    finally:
+        root.removeHandler(handler)
+
+
+def can_print(text: str) -> bool:
+    """Whether stdout's encoding has these characters (a C locale or PYTHONIOENCODING=ascii may not)."""
+    try:
+        text.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user would type it: relative to the current directory where it lies under it (as the
+    README shows `stacks/Pulumi.prod.yaml`), else as given."""
+    try:
+        return str(Path(path).absolute().relative_to(Path.cwd()))
+    except (ValueError, OSError):  # elsewhere, or no current directory any more
+        return str(path)
 
 
 def add_stack_source(arguments: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -145,7 +257,7 @@ def stack_file(args: argparse.Namespace, stacks_dir: Path = STACKS_DIR) -> Path:
     if not path.is_file():
         known = ", ".join(stack_name_of(p) for p in stack_files(stacks_dir))
         raise UsageError(f"--stack {args.stack}: no stack file {path.name} in {stacks_dir.name}/ (stacks: {known})")
-    return path
+    return Path(shown_path(path))  # what every message about it then names
 
 
 def stack_name_of(path: Path) -> str:
@@ -162,3 +274,18 @@ def format_table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
     return "\n".join(
         indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
     )
+
+
+def _quiet_interrupt(kind: type[BaseException], value: BaseException, trace: object) -> None:
+    """A Ctrl-C before a tool's error path is entered (while its modules import) ends it without a traceback;
+    the interpreter then exits as killed by SIGINT, as the shell expects of an interrupted command."""
+    if issubclass(kind, KeyboardInterrupt):
+        return
+    _previous_hook(kind, value, trace)  # type: ignore[arg-type]
+
+
+# Only for `python -m offline.render` and the like: a program that imports common/ keeps its own hook.
+_previous_hook = sys.excepthook
+_main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+if _main_spec is not None and _main_spec.name.split(".")[0] in TOOL_ROOMS:
+    sys.excepthook = _quiet_interrupt

@@ -33,6 +33,8 @@ from common.cli import (
     UsageError,
     add_stack_source,
     parser,
+    port_number,
+    positive_seconds,
     run,
     stack_file,
 )
@@ -296,8 +298,10 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
     )
     arguments.add_argument("--json", action="store_true", help="print the report as JSON")
     arguments.add_argument("--watch", action="store_true", help="scan every --interval seconds until stopped")
-    arguments.add_argument("--interval", type=float, default=60.0, help="seconds between scans with --watch")
-    arguments.add_argument("--metrics-port", type=int, help="with --watch: serve Prometheus metrics on this port")
+    arguments.add_argument("--interval", type=positive_seconds, default=60.0, help="seconds between scans with --watch")
+    arguments.add_argument(
+        "--metrics-port", type=port_number, help="with --watch: serve Prometheus metrics on this port"
+    )
     arguments.add_argument("--metrics-address", default="0.0.0.0", help="with --metrics-port: address to listen on")
     arguments.add_argument(
         "--textfile", type=Path, help="with --watch: write metrics for node-exporter's textfile collector"

@@ -2,7 +2,7 @@
 
     python -m host.discover                 # table: index, UUID, name, PCI bus, memory, MIG
     python -m host.discover --json
-    python -m host.discover --expose 0,3 [--node NAME]
+    python -m host.discover --expose 0,3 [--node NAME]          # --expose none: every GPU hidden
     python -m host.discover --check --stack prod [--node NAME]     # or --stack-file PATH
 
 Runs on the GPU host with only nvidia-ml-py; --check also reads the stack file (PyYAML, pydantic).
@@ -16,11 +16,22 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from common.cli import EXIT_FINDING, EXIT_OK, UsageError, add_stack_source, format_table, parser, run, stack_file
+from common.cli import (
+    EXIT_FINDING,
+    EXIT_OK,
+    UsageError,
+    add_stack_source,
+    bounded,
+    format_table,
+    parser,
+    run,
+    stack_file,
+)
 from host.nvml import Gpu, list_gpus, load_nvml, session
 from host.stack import stack_node
 
 GIB = 1024**3
+EXPOSE_NONE = "none"
 
 
 def table(gpus: list[Gpu]) -> str:
@@ -35,12 +46,20 @@ def table(gpus: list[Gpu]) -> str:
 
 
 def parse_indices(text: str, gpus: list[Gpu]) -> list[int]:
+    """The indices `--expose` names: ASCII digits only (str.isdigit also takes "٣" and "³"), each once; `none`
+    for a node whose GPUs are all hidden. An empty value is refused: it is more often a variable left unset."""
     indices: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        if not part.isdigit() or int(part) >= len(gpus):
-            raise UsageError(f"--expose {text}: '{part}' is not a GPU index on this host (0-{len(gpus) - 1})")
+    shown = bounded(text)
+    if text.strip() == EXPOSE_NONE:
+        return indices
+    if not text.strip():
+        raise UsageError(f"--expose '{shown}': no index given; to expose no GPU, say --expose {EXPOSE_NONE}")
+    for part in (p.strip() for p in text.split(",")):
+        if not (part.isascii() and part.isdigit()) or int(part) >= len(gpus):
+            what = f"'{bounded(part)}' is" if part else "an empty item is"
+            raise UsageError(f"--expose {shown}: {what} not a GPU index on this host (0-{len(gpus) - 1})")
         if int(part) in indices:
-            raise UsageError(f"--expose {text}: index {part} given twice")
+            raise UsageError(f"--expose {shown}: index {part} given twice")
         indices.append(int(part))
     return indices
 
@@ -99,7 +118,7 @@ def main(argv: list[str] | None = None, nvml: ModuleType | None = None) -> int:
     arguments = parser("python -m host.discover", __doc__)
     mode = arguments.add_mutually_exclusive_group()
     mode.add_argument("--json", action="store_true", help="print the GPUs as JSON")
-    mode.add_argument("--expose", metavar="INDICES", help="comma-separated indices to expose, e.g. 0,3")
+    mode.add_argument("--expose", metavar="INDICES", help="comma-separated indices to expose, e.g. 0,3; none for none")
     mode.add_argument(
         "--check", action="store_true", help="check the stack (--stack or --stack-file) against this host"
     )

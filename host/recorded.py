@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.cli import UsageError, bounded
+from common.cli import FileRefusedError, UsageError, bounded, read_regular_file
+
+# A real host's record is a few KB: a bound on what a wrong file (a disk image, /dev/zero) can cost.
+MAX_RECORD_BYTES = 16 << 20
 
 
 @dataclass
@@ -96,7 +99,7 @@ def recorded_nvml(gpus: list[RecordedGpu], init_error: str | None = None) -> typ
 def load_record(path: Path) -> types.ModuleType:
     """The NVML stand-in for a record file, or UsageError naming the file and what is wrong."""
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
+        entries = json.loads(read_regular_file(path, MAX_RECORD_BYTES, "host record"))
         gpus = [
             RecordedGpu(
                 uuid=str(entry["uuid"]),
@@ -108,9 +111,11 @@ def load_record(path: Path) -> types.ModuleType:
             )
             for index, entry in enumerate(entries)
         ]
-    except OSError as error:
-        raise UsageError(f"--record {path}: {error.strerror or error}") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except FileRefusedError as error:
+        raise UsageError(f"--record {path}: {error.reason}") from None
+    except RecursionError:
+        raise UsageError(f"--record {path}: nested too deeply: not a host record") from None
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as error:
         raise UsageError(
             f"--record {path}: not a host record (a JSON list of GPUs as discover --json prints): {bounded(str(error))}"
         ) from None

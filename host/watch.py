@@ -57,6 +57,15 @@ def scan_forever(
         stop.wait(interval)
 
 
+def heartbeat(report: Report) -> str:
+    """The one line a successful scan prints."""
+    processes = sum(len(gpu["processes"]) for gpu in report.gpus)
+    return (
+        f"scan ok: node {report.node}: {len(report.gpus)} GPU(s), {processes} GPU process(es), "
+        f"{len(report.violations)} violation(s), {len(report.warnings)} warning(s)"
+    )
+
+
 class Watcher:
     def __init__(
         self,
@@ -93,6 +102,7 @@ class Watcher:
             self.scan_ok.set(0 if report.failed_sources else 1)
             if not report.failed_sources:
                 self.last_success.set(time.time())
+                print(heartbeat(report), flush=True)  # the journal shows the watch is alive and seeing
             for source in report.failed_sources:
                 print(f"error: scan incomplete: {source}", file=sys.stderr, flush=True)
         if self.textfile is not None:

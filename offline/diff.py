@@ -1,40 +1,66 @@
 """Per-object, per-field difference between two render directories, identity first.
 
-    python -m offline.diff BASE_DIR HEAD_DIR [--exit-code]
+    python -m offline.diff BASE_DIR HEAD_DIR [--exit-code] [--json]
 
 What a reviewer needs from a change to which GPUs a cluster may touch, in this order: every GPU UUID
 that moved between exposed and hidden (one line each, per node, hidden ones included); every resource
 whose Pulumi identity changes (a URN changed without an alias is a delete and a create) or whose options
 change (retainOnDelete, protect, parent, provider, dependencies); then which objects appear, disappear
 or change, field by field. An added or removed device plugin names its node and the UUIDs it exposes;
-a node that leaves the stack is flagged. With --exit-code the status is 1 when the renders differ.
+a node that leaves the stack is flagged; each node whose GPUs moved shows as a map, one mark per GPU, before
+and after. With --exit-code the status is 1 when the renders differ; --json prints the same as data.
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from common.cli import EXIT_FINDING, EXIT_OK, UsageError, parser, run
+from common.cli import EXIT_FINDING, EXIT_OK, UsageError, can_print, parser, read_regular_file, run, shown_path
 from common.names import GRAPH_FILE, INSTANCE_LABEL, VISIBLE_DEVICES_ENV
+from stack_config.load import too_deep
 
 _ABSENT = object()
 NO_CHANGES = "no changes"
+# A rendered file is a few KB, the graph of a 1,000-node stack a few MB; rendered objects nest about 12 deep.
+MAX_RENDERED_BYTES = 64 << 20
+MAX_RENDERED_DEPTH = 64
+# One mark per GPU, so that a reviewer of a UUID move sees marks change places without reading UUIDs; the
+# ASCII ones where stdout cannot print the others.
+MARKS = {False: {"exposed": "■", "hidden": "□", None: "·"}, True: {"exposed": "#", "hidden": "-", None: "."}}
+MAP_LEGEND = {
+    ascii_only: f"{marks['exposed']} exposed, {marks['hidden']} hidden" for ascii_only, marks in MARKS.items()
+}
+
+
+def gpu_marks(gpus: dict[str, list[str]], ascii_only: bool = False) -> str:
+    """A node's GPUs (`{"exposed": [...], "hidden": [...]}`, as the graph file has them), one mark each."""
+    return "".join(MARKS[ascii_only][role] for role in ("exposed", "hidden") for _ in gpus.get(role) or [])
 
 
 def _read(path: Path) -> Any:
+    """A rendered file's YAML (or JSON), refused in one line when it is no rendered file: a FIFO or a link to
+    /dev/zero (before reading), nesting the parser would fail on, text that is not UTF-8 or YAML."""
+    text = read_regular_file(path, MAX_RENDERED_BYTES, "rendered file").decode("utf-8", errors="replace")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise UsageError(f"{path}: cannot read a rendered file ({type(error).__name__})") from None
+        line = too_deep(text, MAX_RENDERED_DEPTH)
+        if line is not None:
+            raise UsageError(f"{shown_path(path)}:{line}: nested deeper than {MAX_RENDERED_DEPTH} levels: not a render")
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise UsageError(f"{shown_path(path)}: cannot read a rendered file ({type(error).__name__})") from None
+    except ValueError:  # an integer of over 4,300 digits
+        raise UsageError(f"{shown_path(path)}: a number too long to be rendered: not a render") from None
 
 
 def _load(directory: Path) -> dict[str, Any]:
     if not directory.is_dir():
-        raise UsageError(f"{directory}: not a directory")
+        raise UsageError(f"{shown_path(directory)}: not a directory")
     objects = {}
     for path in sorted(directory.glob("*.yaml")):
         objects[path.name] = _read(path)
@@ -110,19 +136,52 @@ def _graph(directory: Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def gpu_moves(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
-    """One line per GPU whose role on its node changed, hidden ones included (they are in no object)."""
-    lines = []
+@dataclass(frozen=True)
+class Move:
+    """A GPU whose role on its node changed (None: not listed)."""
+
+    node: str
+    uuid: str
+    before: str | None
+    after: str | None
+
+    def __str__(self) -> str:
+        return f"! node {self.node}: {self.uuid} {self.before or '(not listed)'} -> {self.after or '(not listed)'}"
+
+
+def _roles(gpus: Any) -> dict[str, str]:
+    """UUID -> role of one node's GPUs in the graph file, in stack order (exposed, then hidden)."""
+    gpus = gpus if isinstance(gpus, dict) else {}
+    return {uuid: role for role in ("exposed", "hidden") for uuid in gpus.get(role) or []}
+
+
+def moves(base: dict[str, Any], head: dict[str, Any]) -> list[Move]:
+    """Every GPU whose role on its node changed, hidden ones included (they are in no object)."""
+    found = []
     old_nodes, new_nodes = base.get("gpus") or {}, head.get("gpus") or {}
     for node in sorted(set(old_nodes) | set(new_nodes)):
-        old = {u: role for role, uuids in (old_nodes.get(node) or {}).items() for u in uuids}
-        new = {u: role for role, uuids in (new_nodes.get(node) or {}).items() for u in uuids}
-        for uuid in sorted(set(old) | set(new)):
-            if old.get(uuid) != new.get(uuid):
-                lines.append(
-                    f"! node {node}: {uuid} {old.get(uuid, '(not listed)')} -> {new.get(uuid, '(not listed)')}"
-                )
-    return lines
+        old, new = _roles(old_nodes.get(node)), _roles(new_nodes.get(node))
+        found += [
+            Move(node, u, old.get(u), new.get(u)) for u in sorted(set(old) | set(new)) if old.get(u) != new.get(u)
+        ]
+    return found
+
+
+def gpu_moves(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """One line per GPU whose role on its node changed."""
+    return [str(move) for move in moves(base, head)]
+
+
+def node_maps(base: dict[str, Any], head: dict[str, Any], ascii_only: bool = False) -> dict[str, tuple[str, str]]:
+    """Per node whose GPUs moved, its map before and after, one mark per GPU in the base's stack order (new
+    UUIDs after them): a swap of two UUIDs shows as two marks that change, where counts stay the same."""
+    maps = {}
+    marks = MARKS[ascii_only]
+    for node in sorted({move.node for move in moves(base, head)}):
+        old, new = _roles((base.get("gpus") or {}).get(node)), _roles((head.get("gpus") or {}).get(node))
+        order = [*old, *(uuid for uuid in new if uuid not in old)]
+        maps[node] = ("".join(marks[old.get(u)] for u in order), "".join(marks[new.get(u)] for u in order))
+    return maps
 
 
 def _short(urn: str) -> str:
@@ -165,29 +224,86 @@ def identity_changes(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     return lines
 
 
-def diff(base_dir: Path, head_dir: Path) -> str:
+@dataclass
+class Comparison:
+    """Two renders compared: what the text and the JSON both say."""
+
+    moves: list[Move] = field(default_factory=list)
+    maps: dict[str, tuple[str, str]] = field(default_factory=dict)
+    identity: list[str] = field(default_factory=list)
+    # Per object that differs: (file, "added" | "removed" | "changed", its field changes, context lines).
+    objects: list[tuple[str, str, list[tuple[str, Any, Any]], list[str]]] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.moves or self.identity or self.objects)
+
+
+def compare(base_dir: Path, head_dir: Path, ascii_only: bool = False) -> Comparison:
     base, head = _load(base_dir), _load(head_dir)
     base_graph, head_graph = _graph(base_dir), _graph(head_dir)
+    result = Comparison()
     if base_graph and head_graph:
-        lines = gpu_moves(base_graph, head_graph) + identity_changes(base_graph, head_graph)
+        result.moves = moves(base_graph, head_graph)
+        result.maps = node_maps(base_graph, head_graph, ascii_only)
+        result.identity = identity_changes(base_graph, head_graph)
     elif base_graph or head_graph:  # a render from before the graph existed: nothing to compare it with
-        lines = [f"  ({'base' if not base_graph else 'head'} render has no {GRAPH_FILE}: identity not compared)"]
-    else:
-        lines = []
+        result.identity = [
+            f"  ({'base' if not base_graph else 'head'} render has no {GRAPH_FILE}: identity not compared)"
+        ]
     for name in sorted(set(base) | set(head)):
         if name not in head:
-            lines.append(f"- removed {name}")
-            lines += _context(base[name], removed=True)
+            result.objects.append((name, "removed", [], _context(base[name], removed=True)))
         elif name not in base:
-            lines.append(f"+ added   {name}")
-            lines += _context(head[name], removed=False)
+            result.objects.append((name, "added", [], _context(head[name], removed=False)))
         elif base[name] != head[name]:
-            lines.append(f"~ changed {name}")
-            lines += [
-                f"    {field}: {_show(old)} -> {_show(new)}"
-                for field, old, new in field_changes(base[name], head[name])
-            ]
+            result.objects.append((name, "changed", field_changes(base[name], head[name]), []))
+    return result
+
+
+def text(result: Comparison, ascii_only: bool = False) -> str:
+    lines = [str(move) for move in result.moves]
+    if result.maps:
+        lines.append(
+            f"  GPUs before -> after, in the base's stack order ({MAP_LEGEND[ascii_only]}, "
+            f"{MARKS[ascii_only][None]} not listed):"
+        )
+        width = max(len(node) for node in result.maps)
+        lines += [f"    {node.ljust(width)}  {old} -> {new}" for node, (old, new) in result.maps.items()]
+    lines += result.identity
+    heads = {"removed": "- removed", "added": "+ added  ", "changed": "~ changed"}
+    for name, change, fields, context in result.objects:
+        lines.append(f"{heads[change]} {name}")
+        lines += context + [f"    {path}: {_show(old)} -> {_show(new)}" for path, old, new in fields]
     return "\n".join(lines) if lines else NO_CHANGES
+
+
+def as_json(result: Comparison) -> dict[str, Any]:
+    """The comparison as data: field values as they are in the files, absent ones as null."""
+
+    def value(item: Any) -> Any:
+        return None if item is _ABSENT else item
+
+    return {
+        "changed": result.changed,
+        "gpuMoves": [{"node": m.node, "uuid": m.uuid, "before": m.before, "after": m.after} for m in result.moves],
+        "gpuMaps": {node: {"before": old, "after": new} for node, (old, new) in result.maps.items()},
+        "identity": [line.strip() for line in result.identity],
+        "objects": [
+            {
+                "file": name,
+                "change": change,
+                "fields": [{"path": path, "before": value(old), "after": value(new)} for path, old, new in fields],
+                "notes": [line.strip() for line in context],
+            }
+            for name, change, fields, context in result.objects
+        ],
+    }
+
+
+def diff(base_dir: Path, head_dir: Path) -> str:
+    """The review text of two render directories (`no changes` when they are alike)."""
+    return text(compare(base_dir, head_dir))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,12 +311,17 @@ def main(argv: list[str] | None = None) -> int:
     arguments.add_argument("base", type=Path, help="render directory of the base (e.g. main)")
     arguments.add_argument("head", type=Path, help="render directory of the change")
     arguments.add_argument("--exit-code", action="store_true", help="exit 1 when the renders differ")
+    arguments.add_argument("--json", action="store_true", help="print the differences as JSON")
     args = arguments.parse_args(argv)
 
     def command() -> int:
-        text = diff(args.base, args.head)
-        print(text)
-        return EXIT_FINDING if args.exit_code and text != NO_CHANGES else EXIT_OK
+        ascii_only = not can_print("".join(MARKS[False].values()))
+        result = compare(args.base, args.head, ascii_only)
+        if args.json:
+            print(json.dumps(as_json(result), indent=1, default=str))
+        else:
+            print(text(result, ascii_only))
+        return EXIT_FINDING if args.exit_code and result.changed else EXIT_OK
 
     return run(command, args.debug)
 

@@ -12,7 +12,17 @@ import json
 import sys
 from pathlib import Path
 
-from common.cli import EXIT_FINDING, EXIT_OK, STACKS_DIR, UsageError, parser, run, stack_files
+from common.cli import (
+    EXIT_FINDING,
+    EXIT_OK,
+    STACK_FILE_GLOB,
+    STACKS_DIR,
+    UsageError,
+    parser,
+    run,
+    shown_path,
+    stack_files,
+)
 from stack_config.fleet import conflicts, rollout_order
 
 
@@ -24,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parse_args(argv)
 
     def command() -> int:
+        # A safety check that read nothing must not pass: a mistyped or empty --stacks-dir is refused.
+        if not args.stacks_dir.is_dir():
+            what = "is not a directory" if args.stacks_dir.exists() else "does not exist"
+            raise UsageError(f"--stacks-dir {shown_path(args.stacks_dir)}: {what}; give the stacks' directory")
         files = stack_files(args.stacks_dir)
+        if not files:
+            raise UsageError(f"--stacks-dir {shown_path(args.stacks_dir)}: no {STACK_FILE_GLOB} file: nothing to check")
         found = conflicts(files)
         for conflict in found:
             print(f"conflict: {conflict}", file=sys.stderr if args.list else sys.stdout)

@@ -7,19 +7,31 @@ it would create as one YAML file, byte-identical across runs.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from common.cli import EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
+from common.cli import (
+    EXIT_OK,
+    add_stack_source,
+    can_print,
+    captured_log,
+    format_table,
+    parser,
+    run,
+    stack_file,
+    stack_name_of,
+)
 from common.names import GRAPH_FILE, PROJECT, Token
+from offline.diff import MAP_LEGEND, gpu_marks
 from offline.outdir import replace_directory
 from offline.program import Declared, ProgramRun, run_program
-from stack_config import InvalidConfigError, StackConfig, parse_project_config, quota_warnings, read_stack_file
+from stack_config import InvalidConfigError, StackConfig, parse_project_config, read_stack_file
 from stack_config.reviewed import project_config_problems
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -37,6 +49,8 @@ class Rendered:
     run: ProgramRun
     files: dict[str, dict[str, Any]]
     environments: tuple[str, ...] = ()
+    # What the program warned (pulumi.log.warn: `up` shows the same), printed once in the summary.
+    warnings: list[str] = field(default_factory=list)
 
 
 def file_name(resource: Declared) -> str:
@@ -56,9 +70,12 @@ def render(path: Path) -> Rendered:
     # Validated here too, before the program runs: an invalid stack exits 2 with every problem.
     stack = parse_project_config(config)
     stack_name = stack_name_of(path)
-    run_ = run_program(config, stack_name)
+    # Pulumi's mock engine hands the program's warnings to the root logger, which would print them bare.
+    with captured_log(logging.WARNING) as records:
+        run_ = run_program(config, stack_name)
     files = {file_name(resource): resource.inputs for resource in run_.kubernetes_objects}
-    return Rendered(stack_name, stack, run_, files, config.environments)
+    warnings = [record.getMessage() for record in records]
+    return Rendered(stack_name, stack, run_, files, config.environments, warnings)
 
 
 def engine_urn(urn: str) -> str:
@@ -87,45 +104,87 @@ def graph(rendered: Rendered) -> dict[str, Any]:
         if resource.aliases:
             entry["aliases"] = sorted(engine_urn(a) for a in resource.aliases)
         resources.append(entry)
-    gpus = {
-        node.name: {"exposed": list(node.exposed_gpus), "hidden": list(node.hidden_gpus)}
-        for node in rendered.stack.nodes
-    }
-    return {"gpus": gpus, "resources": resources}
+    return {"gpus": graph_gpus(rendered), "resources": resources}
 
 
 def to_yaml(obj: dict[str, Any]) -> str:
     return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=120)
 
 
-def summary(rendered: Rendered, out_dir: Path) -> str:
-    """The per-node table, read from what the program exported and the objects it declared."""
+def summary_data(rendered: Rendered, out_dir: Path) -> dict[str, Any]:
+    """What the summary says, as data (`--json`): read from what the program exported and the objects it
+    declared, and each node's GPUs by role in stack order (hidden ones included, as in the graph file)."""
     exported: dict[str, dict[str, Any]] = rendered.run.outputs["nodes"]
     components = {r.name: r.urn for r in rendered.run.of_type(Token.HIDDEN_GPU_NODE)}
     # Counted once: kubernetes_objects sorts on every access, and a fleet has thousands of nodes.
     objects_of = Counter(r.parent for r in rendered.run.kubernetes_objects)
-    rows: list[tuple[str, ...]] = [("node", "exposed", "advertised", "hidden", "objects")]
-    for name, node in exported.items():
-        counts = (node["exposedCount"], node["advertisedCount"], node["hiddenCount"], objects_of[components[name]])
-        rows.append((name, *map(str, counts)))
-    lines = [
-        f"stack {rendered.stack_name}: {len(rendered.files)} objects written to {out_dir}",
-        format_table(rows, "  "),
-    ]
-    quotas = ", ".join(f"{ns}={limit}" for ns, limit in sorted(rendered.stack.quotas.items())) or "none"
-    lines.append(f"  quotas (requests.nvidia.com/gpu): {quotas}")
+    gpus = graph_gpus(rendered)
     guard = rendered.stack.guard
-    labels = ", ".join(f"{k}={v}" for k, v in sorted(guard.exempt_namespace_labels.items())) or "none"
-    exempt = ", ".join(rendered.stack.exempt_namespaces)
-    adds_void = "; adds NVIDIA_VISIBLE_DEVICES=void to new containers without a GPU request" if guard.add_void else ""
-    lines.append(f"  guard: {guard.mode}; exempt namespaces: {exempt}; exempt by label: {labels}{adds_void}")
-    lines += [f"warning: {warning}" for warning in quota_warnings(rendered.stack)]
+    warnings = list(rendered.warnings)
     if rendered.environments:
-        lines.append(
-            f"warning: the stack imports ESC environments ({', '.join(rendered.environments)}) that this render "
+        warnings.append(
+            f"the stack imports ESC environments ({', '.join(rendered.environments)}) that this render "
             f"cannot read; `pulumi up` refuses any {PROJECT}: value they add"
         )
+    return {
+        "stack": rendered.stack_name,
+        "out": str(out_dir),
+        "objects": len(rendered.files),
+        "nodes": [
+            {
+                "name": name,
+                "exposed": node["exposedCount"],
+                "advertised": node["advertisedCount"],
+                "hidden": node["hiddenCount"],
+                "objects": objects_of[components[name]],
+                "gpus": gpus[name],
+            }
+            for name, node in exported.items()
+        ],
+        "quotas": dict(sorted(rendered.stack.quotas.items())),
+        "guard": {
+            "mode": str(guard.mode),
+            "exemptNamespaces": list(rendered.stack.exempt_namespaces),
+            "exemptNamespaceLabels": dict(sorted(guard.exempt_namespace_labels.items())),
+            "addsVoid": guard.add_void,
+        },
+        "warnings": warnings,
+    }
+
+
+def summary(data: dict[str, Any], ascii_only: bool = False) -> str:
+    """The summary as printed: the per-node table, quotas, guard, each node's GPUs one mark each, warnings."""
+    rows: list[tuple[str, ...]] = [("node", "exposed", "advertised", "hidden", "objects")]
+    rows += [(n["name"], *(str(n[k]) for k in ("exposed", "advertised", "hidden", "objects"))) for n in data["nodes"]]
+    marks = [(n["name"], gpu_marks(n["gpus"], ascii_only=ascii_only)) for n in data["nodes"]]
+    lines = [
+        f"stack {data['stack']}: {data['objects']} objects written to {data['out']}",
+        format_table(rows, "  "),
+    ]
+    quotas = ", ".join(f"{ns}={limit}" for ns, limit in data["quotas"].items()) or "none"
+    lines.append(f"  quotas (requests.nvidia.com/gpu): {quotas}")
+    guard = data["guard"]
+    labels = ", ".join(f"{k}={v}" for k, v in guard["exemptNamespaceLabels"].items()) or "none"
+    exempt = ", ".join(guard["exemptNamespaces"])
+    adds_void = (
+        "; adds NVIDIA_VISIBLE_DEVICES=void to new containers without a GPU request" if guard["addsVoid"] else ""
+    )
+    lines.append(f"  guard: {guard['mode']}; exempt namespaces: {exempt}; exempt by label: {labels}{adds_void}")
+    # After the table, quotas and guard, which keep their lines; before the warnings, which end it.
+    lines += [
+        f"  GPUs in stack order ({MAP_LEGEND[ascii_only]}):",
+        *(f"    {name.ljust(max(len(n) for n, _ in marks))}  {line}" for name, line in marks),
+    ]
+    lines += [f"warning: {warning}" for warning in data["warnings"]]
     return "\n".join(lines)
+
+
+def graph_gpus(rendered: Rendered) -> dict[str, dict[str, list[str]]]:
+    """Each node's GPUs by role, in stack order: what the graph file records and the GPU map shows."""
+    return {
+        node.name: {"exposed": list(node.exposed_gpus), "hidden": list(node.hidden_gpus)}
+        for node in rendered.stack.nodes
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments.add_argument(
         "--out", type=Path, required=True, help="directory to write (a render directory, replaced whole)"
     )
+    arguments.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = arguments.parse_args(argv)
 
     def command() -> int:
@@ -142,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         files = {name: to_yaml(obj) for name, obj in rendered.files.items()}
         files[GRAPH_FILE] = json.dumps({"about": GRAPH_ABOUT, **graph(rendered)}, indent=1) + "\n"
         replace_directory(args.out, files, keep=[path])
-        print(summary(rendered, args.out))
+        data = summary_data(rendered, args.out)
+        print(json.dumps(data, indent=1) if args.json else summary(data, not can_print("■□")))
         return EXIT_OK
 
     return run(command, args.debug)

@@ -16,9 +16,7 @@ import datetime
 import difflib
 import json
 import math
-import os
 import re
-import stat
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -28,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from common.cli import bounded
+from common.cli import FileRefusedError, bounded, read_regular_file, shown_path
 from common.names import PROJECT
 from stack_config.errors import MISSING, ConfigError, InvalidConfigError, Loc, from_validation_error, show
 from stack_config.models import StackConfig
@@ -42,6 +40,10 @@ DISABLE_DEFAULT_PROVIDERS = "pulumi:disable-default-providers"
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 32
 MAX_NODES = 200_000
+# A plain number longer than this is no config value (2**64 has 20 digits), and Python refuses to read one of
+# more than 4,300 digits (sys.set_int_max_str_digits).
+MAX_NUMBER_CHARS = 100
+INT_TAG = "tag:yaml.org,2002:int"
 MERGE_TAG = "tag:yaml.org,2002:merge"
 BOM = "\ufeff"
 # How alike (difflib's ratio) a namespace must be to ours to be called a misspelling of it.
@@ -73,19 +75,9 @@ def _file_error(path: Path, reason: str, line: int | None = None) -> InvalidConf
 
 def _text(path: Path) -> str:
     try:
-        # Opened without blocking and judged before reading: a FIFO would wait for a writer forever.
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    except OSError as error:
-        raise _file_error(path, f"cannot read stack file: {error.strerror or error}") from None
-    with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise _file_error(path, "is not a regular file (a FIFO, device or directory?): give the stack file")
-        try:
-            data = file.read(MAX_FILE_BYTES + 1)
-        except OSError as error:
-            raise _file_error(path, f"cannot read stack file: {error.strerror or error}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise _file_error(path, f"larger than {MAX_FILE_BYTES // 1024} KiB: not a stack file")
+        data = read_regular_file(path, MAX_FILE_BYTES, "stack file")
+    except FileRefusedError as error:
+        raise _file_error(path, error.reason) from None
     try:
         return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as error:
@@ -93,17 +85,24 @@ def _text(path: Path) -> str:
         raise _file_error(path, f"not UTF-8 text (byte {error.start})", line) from None
 
 
-def _check_depth(path: Path, text: str) -> None:
-    """Walk the event stream (iteratively: the composer recurses) to refuse deep nesting first."""
+def too_deep(text: str, limit: int, loader: type[yaml.SafeLoader] = yaml.SafeLoader) -> int | None:
+    """The line where YAML (or JSON) `text` nests deeper than `limit` collections, or None. Walks the event
+    stream, iteratively: PyYAML's composer and Python's json recurse, and would fail at a thousand levels."""
     depth = 0
-    for event in yaml.parse(text, Loader=_Pulumi12Loader):
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
-            if depth > MAX_DEPTH:
-                line = event.start_mark.line + 1 if event.start_mark else None
-                raise _file_error(path, f"nested deeper than {MAX_DEPTH} levels", line)
+            if depth > limit:
+                return event.start_mark.line + 1 if event.start_mark else 0
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
+    return None
+
+
+def _check_depth(path: Path, text: str) -> None:
+    line = too_deep(text, MAX_DEPTH, _Pulumi12Loader)
+    if line is not None:
+        raise _file_error(path, f"nested deeper than {MAX_DEPTH} levels", line or None)
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -114,24 +113,54 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
-def _check_size(path: Path, root: yaml.Node) -> None:
-    """Nodes after alias expansion, counted once per shared node: a 1 KB alias bomb is billions."""
+def _check_graph(path: Path, root: yaml.Node) -> None:
+    """What aliases make of the file, each shared node visited once: a value that contains itself (yaml.v3
+    refuses it: "anchor ... value contains itself"), nesting deeper than MAX_DEPTH or more than MAX_NODES values
+    once aliases expand (a 1 KB alias bomb is billions); and every scalar, keys included (_check_scalar)."""
     sizes: dict[int, int] = {}
-    order: list[yaml.Node] = []
-    stack = [root]
-    while stack:  # post-order without recursion
-        node = stack.pop()
-        if id(node) in sizes:
-            continue
-        sizes[id(node)] = -1
-        order.append(node)
-        stack.extend(_children(node))
-    for node in reversed(order):
-        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in _children(node))
-        if sizes[id(node)] > MAX_NODES:
-            raise _file_error(
-                path, f"expands to more than {MAX_NODES} values (aliases?): not a stack file", node.start_mark.line + 1
-            )
+    depths: dict[int, int] = {}
+    entered: set[int] = set()  # entered and not yet left: the ancestors of what is visited now
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:  # depth-first without recursion; a node popped while entered is its own descendant
+        node, leaving = stack.pop()
+        line = node.start_mark.line + 1
+        if leaving:
+            entered.discard(id(node))
+            children = _children(node)
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+            own = 0 if isinstance(node, yaml.ScalarNode) else 1
+            depths[id(node)] = own + max((depths[id(child)] for child in children), default=0)
+            if sizes[id(node)] > MAX_NODES:
+                raise _file_error(path, f"expands to more than {MAX_NODES} values (aliases?): not a stack file", line)
+            if depths[id(node)] > MAX_DEPTH:
+                raise _file_error(path, f"nested deeper than {MAX_DEPTH} levels through aliases", line)
+        elif id(node) in entered:
+            raise _file_error(path, "a value that contains itself (an alias inside its own anchor)", line)
+        elif id(node) not in sizes:
+            _check_scalar(path, node)
+            entered.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in _children(node))
+
+
+def _check_scalar(path: Path, node: yaml.Node) -> None:
+    """Scalars the Pulumi CLI refuses, or that Python cannot read."""
+    if not isinstance(node, yaml.ScalarNode):
+        return
+    line = node.start_mark.line + 1
+    if any("\ud800" <= c <= "\udfff" for c in node.value):
+        raise _file_error(
+            path,
+            "a \\uD800-\\uDFFF escape (half of a UTF-16 pair, no character): the Pulumi CLI refuses the file "
+            "(yaml.v3: invalid Unicode character escape code); write the character itself",
+            line,
+        )
+    if node.tag == INT_TAG and len(node.value) > MAX_NUMBER_CHARS:
+        raise _file_error(
+            path,
+            f"a number of {len(node.value)} characters: no config value is that long (quote it if it is text)",
+            line,
+        )
 
 
 def _key_text(node: yaml.Node) -> str:
@@ -260,7 +289,8 @@ def cli_reading(text: str) -> Any:
     plain = text.replace("_", "")
     number = _go_int(plain)
     if number is None and _CLI_FLOAT.match(plain):
-        return float(plain)
+        # strconv.ParseFloat fails out of range (1e400), and yaml.v3 then keeps the text.
+        return float(plain) if math.isfinite(float(plain)) else text
     return text if number is None else number
 
 
@@ -395,6 +425,7 @@ def _in_our_words(error: yaml.MarkedYAMLError) -> str:
 
 def read_stack_file(path: Path) -> StackFileConfig:
     """The `config:` map of a Pulumi stack file, as written, or InvalidConfigError."""
+    path = Path(shown_path(path))  # how every message names it
     text = _text(path)
     try:
         _check_depth(path, text)
@@ -403,7 +434,7 @@ def read_stack_file(path: Path) -> StackFileConfig:
             root = loader.get_single_node()
             if root is None:
                 raise _file_error(path, "is empty: a stack file needs a 'config:' mapping")
-            _check_size(path, root)
+            _check_graph(path, root)
             _check_keys(path, root)
             ambiguous = list(_scalar_problems(path, root, loader))
             if ambiguous:
@@ -550,7 +581,7 @@ def _decode(value: Any) -> Any:
         return value
     try:
         return json.loads(value)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, too deep, or a number of over 4,300 digits
         return value
 
 

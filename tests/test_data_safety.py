@@ -282,6 +282,8 @@ def test_a_node_leaving_the_stack_is_flagged_in_review(tmp_path: Path) -> None:
     assert diff.diff(base, head).splitlines() == [
         "! node gpu-node-02: GPU-c0ffee00-1111-4222-8333-444455556666 hidden -> (not listed)",
         "! node gpu-node-02: GPU-deadbeef-7777-4888-9999-aaaabbbbcccc hidden -> (not listed)",
+        "  GPUs before -> after, in the base's stack order (■ exposed, □ hidden, · not listed):",
+        "    gpu-node-02  □□ -> ··",
         "~ changed configmap.hidden-gpu-system.hidden-gpu-stack-case.yaml",
         "    data.node.gpu-node-02: '' -> (absent)",
         "- removed nodepatch.gpu-node-02.yaml",

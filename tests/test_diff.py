@@ -13,6 +13,7 @@ from offline import diff, render
 from tests.support.stacks import EXPOSED, HIDDEN, changed, node, valid_config
 
 OTHER = "GPU-0c0c0c0c-1111-4222-8333-444455556666"
+MAP_HEADER = "  GPUs before -> after, in the base's stack order (■ exposed, □ hidden, · not listed):"
 
 
 def render_config(tmp_path: Path, name: str, config: dict[str, object]) -> Path:
@@ -34,6 +35,8 @@ def test_one_uuid_change_names_the_object_and_the_field(tmp_path: Path, capsys: 
     assert capsys.readouterr().out.splitlines() == [
         f"! node gpu-node-01: {EXPOSED} exposed -> hidden",
         f"! node gpu-node-01: {HIDDEN[0]} hidden -> exposed",
+        MAP_HEADER,
+        "    gpu-node-01  ■□□ -> □■□",  # a swap: the counts stay, two marks change places
         "~ changed configmap.hidden-gpu-system.hidden-gpu-stack-case.yaml",
         f"    data.node.gpu-node-01: {EXPOSED} -> {HIDDEN[0]}",
         "~ changed daemonset.hidden-gpu-system.nvidia-device-plugin-gpu-node-01.yaml",
@@ -70,6 +73,8 @@ def test_a_hidden_uuid_change_shows(tmp_path: Path) -> None:
     assert diff.diff(base, render_config(tmp_path, "head", replaced)).splitlines() == [
         f"! node gpu-node-01: {OTHER} (not listed) -> hidden",
         f"! node gpu-node-01: {HIDDEN[0]} hidden -> (not listed)",
+        MAP_HEADER,
+        "    gpu-node-01  ■□□· -> ■·□□",
     ]
 
 

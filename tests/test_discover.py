@@ -67,17 +67,25 @@ def test_expose_writes_a_valid_stack_entry_by_uuid(capsys: pytest.CaptureFixture
 
 
 def test_expose_nothing(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(["--expose", "", "--node", "n"], capsys)
+    _, out, _ = run(["--expose", "none", "--node", "n"], capsys)
     assert yaml.safe_load(out)[0]["exposedGpus"] == []
 
 
 @pytest.mark.parametrize(
     ("indices", "message"),
-    [("9", "'9' is not a GPU index on this host (0-3)"), ("1,1", "index 1 given twice"), ("a", "'a' is not")],
+    [
+        ("9", "'9' is not a GPU index on this host (0-3)"),
+        ("1,1", "index 1 given twice"),
+        ("a", "'a' is not"),
+        ("", "no index given; to expose no GPU, say --expose none"),
+        ("0,,1", "an empty item is not a GPU index"),
+        ("\u0663", "'\u0663' is not a GPU index"),  # ARABIC-INDIC DIGIT THREE: str.isdigit() takes it as 3
+        ("\u00b2", "'\u00b2' is not a GPU index"),
+    ],
 )
 def test_expose_rejects_bad_indices(indices: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, err = run(["--expose", indices], capsys)
-    assert status == 2 and out == "" and message in err
+    assert status == 2 and out == "" and message in err and err.count("\n") == 1
 
 
 def node_stack(tmp_path: Path, exposed: list[str], hidden: list[str]) -> Path:

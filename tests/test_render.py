@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from offline import render
-from tests.support.stacks import REJECTIONS, Rejection, changed, valid_config, write_stack
+from tests.support.stacks import EXPOSED, REJECTIONS, Rejection, changed, valid_config, write_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,3 +165,31 @@ def test_summary_lists_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         out[5]
         == "  guard: enforce; exempt namespaces: gpu-operator, hidden-gpu-system, kube-system; exempt by label: none"
     )
+    assert out[6:] == ["  GPUs in stack order (■ exposed, □ hidden):", "    gpu-node-01  ■□□", "    gpu-node-02  □□"]
+
+
+def test_summary_as_json_and_in_ascii(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stack_file = write_stack(tmp_path, valid_config())
+    assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / "o"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["objects"] == 12 and data["quotas"] == {"ml-team": 1} and data["warnings"] == []
+    first = data["nodes"][0]
+    assert first["name"] == "gpu-node-01" and first["gpus"]["exposed"] == [EXPOSED] and first["objects"] == 3
+    rendered = render.summary(data, ascii_only=True).splitlines()
+    assert rendered[6:9] == [
+        "  GPUs in stack order (# exposed, - hidden):",
+        "    gpu-node-01  #--",
+        "    gpu-node-02  --",
+    ]
+
+
+def test_the_programs_quota_warning_is_printed_once(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    config = valid_config()
+    config["hidden-gpu:quotas"] = {"ml-team": 5}
+    assert render.main(["--stack-file", str(write_stack(tmp_path, config)), "--out", str(tmp_path / "o")]) == 0
+    out, err = capfd.readouterr()
+    assert err == "" and out.endswith("\n")
+    warnings = [line for line in out.splitlines() if "ml-team = 5" in line]
+    assert warnings == [
+        "warning: hidden-gpu:quotas.ml-team = 5: more than the 1 nvidia.com/gpu this stack's nodes advertise"
+    ]
