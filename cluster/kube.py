@@ -11,14 +11,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from kubernetes import client, config
-from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
 from common.cli import UnavailableError, UsageError, bounded, captured_log, positive_seconds
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 # Seconds: connect, then read; a check that cannot see must say so, not hang.
 TIMEOUTS = (5.0, 30.0)
@@ -45,6 +46,11 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
     context = args.context or stack_config.get("kubernetes:context")
     kubeconfig = args.kubeconfig or stack_config.get("kubernetes:kubeconfig")
     where = f"kubeconfig (context {context or 'current'})"
+    # Imported here, inside the tool's error path: the client takes a second to import, and a Ctrl-C meanwhile
+    # is then an interrupted command (130), not a traceback.
+    from kubernetes import client, config  # noqa: PLC0415
+    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
+
     configuration = client.Configuration()
     try:
         # The client runs an exec credential plugin here, and reports its failure only by logging it.

@@ -5,6 +5,7 @@ Standard library only: the GPU-host tools import it too.
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import errno
@@ -16,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 # Exit statuses, the same for every tool. A gate can tell a finding (1) from a crash (4).
 EXIT_OK = 0
@@ -284,8 +285,17 @@ def _quiet_interrupt(kind: type[BaseException], value: BaseException, trace: obj
     _previous_hook(kind, value, trace)  # type: ignore[arg-type]
 
 
-# Only for `python -m offline.render` and the like: a program that imports common/ keeps its own hook.
-_previous_hook = sys.excepthook
+def _interrupt_again(unraisable: Any) -> None:
+    """A Ctrl-C that lands in a weakref callback or a __del__ cannot leave it ("Exception ignored in ..."): raise
+    it again in the main thread, where the error path turns it into exit 130, instead of printing and losing it."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        _thread.interrupt_main()
+        return
+    _previous_unraisable_hook(unraisable)
+
+
+# Only for `python -m offline.render` and the like: a program that imports common/ keeps its own hooks.
+_previous_hook, _previous_unraisable_hook = sys.excepthook, sys.unraisablehook
 _main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
 if _main_spec is not None and _main_spec.name.split(".")[0] in TOOL_ROOMS:
-    sys.excepthook = _quiet_interrupt
+    sys.excepthook, sys.unraisablehook = _quiet_interrupt, _interrupt_again

@@ -55,7 +55,8 @@ def parse_indices(text: str, gpus: list[Gpu]) -> list[int]:
     if not text.strip():
         raise UsageError(f"--expose '{shown}': no index given; to expose no GPU, say --expose {EXPOSE_NONE}")
     for part in (p.strip() for p in text.split(",")):
-        if not (part.isascii() and part.isdigit()) or int(part) >= len(gpus):
+        # Length first: int() refuses (ValueError) a string of more than 4,300 digits.
+        if not (part.isascii() and part.isdigit() and len(part) <= len(str(len(gpus)))) or int(part) >= len(gpus):
             what = f"'{bounded(part)}' is" if part else "an empty item is"
             raise UsageError(f"--expose {shown}: {what} not a GPU index on this host (0-{len(gpus) - 1})")
         if int(part) in indices:

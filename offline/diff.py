@@ -30,6 +30,8 @@ NO_CHANGES = "no changes"
 # A rendered file is a few KB, the graph of a 1,000-node stack a few MB; rendered objects nest about 12 deep.
 MAX_RENDERED_BYTES = 64 << 20
 MAX_RENDERED_DEPTH = 64
+# libyaml's parser where PyYAML has it: the depth is checked first, so its recursion in C is bounded.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # One mark per GPU, so that a reviewer of a UUID move sees marks change places without reading UUIDs; the
 # ASCII ones where stdout cannot print the others.
 MARKS = {False: {"exposed": "■", "hidden": "□", None: "·"}, True: {"exposed": "#", "hidden": "-", None: "."}}
@@ -48,10 +50,10 @@ def _read(path: Path) -> Any:
     /dev/zero (before reading), nesting the parser would fail on, text that is not UTF-8 or YAML."""
     text = read_regular_file(path, MAX_RENDERED_BYTES, "rendered file").decode("utf-8", errors="replace")
     try:
-        line = too_deep(text, MAX_RENDERED_DEPTH)
+        line = too_deep(text, MAX_RENDERED_DEPTH, _LOADER)
         if line is not None:
             raise UsageError(f"{shown_path(path)}:{line}: nested deeper than {MAX_RENDERED_DEPTH} levels: not a render")
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LOADER)  # a safe loader: libyaml parser, safe constructor
     except yaml.YAMLError as error:
         raise UsageError(f"{shown_path(path)}: cannot read a rendered file ({type(error).__name__})") from None
     except ValueError:  # an integer of over 4,300 digits
