@@ -4,6 +4,7 @@ served by a real gRPC server on a unix socket."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import urllib.request
@@ -425,3 +426,43 @@ def test_a_missing_textfile_directory_is_a_usage_error(tmp_path: Path, capsys: p
     args = [*run_args(tmp_path), "--watch", "--textfile", str(tmp_path / "no/such/m.prom")]
     assert audit.main(args, nvml=fake_nvml([FakeGpu(EXPOSED)])) == EXIT_USAGE
     assert "--textfile" in capsys.readouterr().err
+
+
+# PromQL words that are not metric names: functions, operators, aggregation modifiers.
+PROMQL_WORDS = {"time", "absent", "and", "or", "unless", "by", "without", "on", "ignoring", "bool", "offset"}
+
+
+def promql_metric_names(expression: str) -> set[str]:
+    """The metric names a PromQL expression reads: identifiers outside label matchers and strings that are
+    neither a function call nor a keyword (a small parser: no package here parses PromQL)."""
+    bare = re.sub(
+        r"\{[^}]*\}|\"[^\"]*\"|'[^']*'|\[[^\]]*\]|\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)",
+        " ",
+        expression,
+    )
+    return {
+        name
+        for name, call in re.findall(r"(?<![\w.])([a-zA-Z_:][\w:]*)\s*(\(?)", bare)
+        if not call and name not in PROMQL_WORDS
+    }
+
+
+def test_promql_metric_names() -> None:
+    assert promql_metric_names('time() - a_b{x="y"} > 300 and on(instance) c[5m]') == {"a_b", "c"}
+
+
+def test_the_shipped_alerting_rules_name_metrics_the_exporter_writes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = yaml.safe_load((Path(__file__).resolve().parent.parent / "host" / "hidden-gpu-audit.rules.yml").read_text())
+    alerts = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
+    assert set(alerts) == {"HiddenGpuAuditViolation", "HiddenGpuAuditStale"}
+    textfile = tmp_path / "m.prom"
+    watcher = Watcher(lambda: Report("n"), 60, None, textfile)
+    watcher.record(Report("n", gpus=[{"uuid": EXPOSED, "exposed": True, "processes": []}]), None)
+    # The heartbeat: one line per successful scan, for the journal.
+    assert capsys.readouterr().out == "scan ok: node n: 1 GPU(s), 0 GPU process(es), 0 violation(s), 0 warning(s)\n"
+    written = {line.split("{")[0].split()[0] for line in textfile.read_text().splitlines() if not line.startswith("#")}
+    for alert, expression in alerts.items():
+        names = promql_metric_names(expression)
+        assert names and names <= written, (alert, names - written)
