@@ -10,7 +10,12 @@ complete before the first node patch is received."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,10 @@ from tests.real.harness import FakeKubelet, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
 STACK = "interrupted"
+REPO = Path(__file__).resolve().parents[2]
+# How long the API server stays dead, and how long `up` may take to end once it is back.
+DOWN_SECONDS = 5
+UP_AFTER_RESTART_SECONDS = 300
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 # The guard's objects as the API server lists them: (collection, name).
 GUARD = [
@@ -78,16 +87,27 @@ class Sampler(threading.Thread):
 @pytest.fixture
 def plane(bin_dir: Path) -> Iterator[ControlPlane]:
     with seeded_plane(bin_dir) as started:
-        for name in GPU_NODES:  # the GPU Operator's switch, as its own field manager, before hidden-gpu
-            started.apply(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {"name": name, "labels": {DEVICE_PLUGIN_LABEL: "true"}},
-                },
-                manager="gpu-operator",
-            )
+        operator_switch(started)
         yield started
+
+
+def operator_switch(plane: ControlPlane) -> None:
+    """The GPU Operator's switch on every node, as its own field manager: the cluster before hidden-gpu."""
+    for name in GPU_NODES:
+        plane.apply(
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {DEVICE_PLUGIN_LABEL: "true"}}},
+            manager="gpu-operator",
+        )
+
+
+def start_over(plane: ControlPlane, stack: auto.Stack) -> None:
+    """Back to a cluster that never had hidden-gpu: the stack's state emptied (the node switch and the guard are
+    retained on delete, by design), then the guard removed and the operator's switch put back by hand."""
+    stack.destroy(on_output=None)
+    for collection, name in guard_present(plane):
+        plane.request("DELETE", f"{collection}/{name}")
+    operator_switch(plane)
+    assert not hidden_nodes(plane) and not guard_present(plane)
 
 
 def stack_of(plane: ControlPlane, work: Path) -> auto.Stack:
@@ -104,26 +124,40 @@ def stack_of(plane: ControlPlane, work: Path) -> auto.Stack:
     return pulumi_stack(work, STACK)
 
 
-def interrupt_up_when(plane: ControlPlane, stack: auto.Stack, moment: Any, what: str) -> None:
-    """Run `up`; the moment `moment()` is true, SIGKILL the API server; start it again once `up` has failed."""
-    outcome: dict[str, BaseException | None] = {}
+def up_process(work: Path) -> subprocess.Popen[bytes]:
+    """`up` of the stack in `work`, in a child process of its own session: a test can end it, engine and
+    provider included, where an `up` in a thread of pytest would keep the interpreter from exiting."""
+    script = (
+        "import sys; from pathlib import Path; from tests.real.harness import pulumi_stack; "
+        "pulumi_stack(Path(sys.argv[1]), sys.argv[2]).up(on_output=None)"
+    )
+    with (work / "up.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-c", script, str(work), STACK],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
-    def up() -> None:
-        try:
-            stack.up(on_output=None)
-            outcome["error"] = None
-        except BaseException as error:  # the interrupted up is expected to fail; the test judges it
-            outcome["error"] = error
 
-    runner = threading.Thread(target=up, daemon=True)
-    runner.start()
-    eventually(lambda: moment() or not runner.is_alive(), seconds=240, what=what)
-    assert runner.is_alive(), f"`up` ended before {what}: {outcome}"
-    plane.kill("kube-apiserver")
-    runner.join(280)
-    assert not runner.is_alive(), "`up` did not end with its API server gone"
-    assert outcome["error"] is not None, f"`up` succeeded although its API server died at {what}"
-    plane.restart("kube-apiserver")
+def interrupt_up_when(plane: ControlPlane, work: Path, moment: Any, what: str) -> None:
+    """Run `up`; the moment `moment()` is true, SIGKILL the API server, then start it again a few seconds later,
+    as a crashed control plane comes back. `up` may then fail or finish; the sampler judges every moment."""
+    running = up_process(work)
+    try:
+        eventually(lambda: moment() or running.poll() is not None, seconds=240, what=what)
+        assert running.poll() is None, f"`up` ended before {what}: {(work / 'up.log').read_text()[-2000:]}"
+        plane.kill("kube-apiserver")
+        time.sleep(DOWN_SECONDS)
+        plane.restart("kube-apiserver")
+        running.wait(UP_AFTER_RESTART_SECONDS)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`up` did not end {UP_AFTER_RESTART_SECONDS} s after its API server came back")
+    finally:
+        if running.poll() is None:
+            os.killpg(running.pid, signal.SIGKILL)
+            running.wait()
 
 
 @pytest.mark.timeout(900)
@@ -134,10 +168,10 @@ def test_an_interrupted_first_up_never_leaves_a_hidden_node_unguarded(plane: Con
         sampler.start()
         try:
             # Killed while the guard is being created: no node may be hidden yet.
-            interrupt_up_when(plane, stack, lambda: bool(guard_present(plane)), "the first guard object")
-            assert not hidden_nodes(plane) or guard_present(plane) == set(GUARD)
-            # Killed the moment a node is hidden: the guard must already be whole.
-            interrupt_up_when(plane, stack, lambda: bool(hidden_nodes(plane)), "the first hidden node")
+            interrupt_up_when(plane, tmp_path, lambda: bool(guard_present(plane)), "the first guard object")
+            # From nothing again, killed the moment a node is hidden: the guard must already be whole.
+            start_over(plane, stack)
+            interrupt_up_when(plane, tmp_path, lambda: bool(hidden_nodes(plane)), "the first hidden node")
             # The next `up` finishes what the two left, and a preview then has nothing to do.
             stack.up(on_output=None)
             stack.preview(expect_no_changes=True)
