@@ -7,6 +7,8 @@ import pulumi_kubernetes as k8s
 
 from components import (
     AccessGuard,
+    GpuDeviceClasses,
+    GpuDeviceClassesArgs,
     GpuPool,
     GpuPoolArgs,
     GpuQuotas,
@@ -21,6 +23,7 @@ from components import (
 )
 from components.access_guard import guard_args
 from components.hidden_gpu_node import node_args
+from components.node_labels import gpu_device_classes
 from components.stack_claims import exposed_by_node
 from offline.sdk import full_config
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
@@ -74,7 +77,11 @@ StackRecord(
     StackRecordArgs(stack=pulumi.get_stack(), namespace=namespace.name, exposed=exposed_by_node(stack.nodes)),
     with_provider,
 )
-GpuQuotas("gpu-quotas", GpuQuotasArgs(quotas=stack.quotas), with_provider)
+device_classes = gpu_device_classes(stack)
+if stack.dra is not None:
+    # Tenants' claims from these are admitted by the guard's claims policy, which names them.
+    GpuDeviceClasses("device-classes", GpuDeviceClassesArgs(driver=stack.dra.driver, classes=device_classes), guarded)
+GpuQuotas("gpu-quotas", GpuQuotasArgs(quotas=stack.quotas, device_classes=sorted(device_classes)), with_provider)
 if stack.cluster_policy.patch:
     ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(cluster_policy=stack.cluster_policy.name), with_provider)
 

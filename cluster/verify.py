@@ -50,7 +50,6 @@ from components.guard_rules import (
     exemption,
     namespace_selector,
     policy_specs,
-    resource_rule,
     void_mutation,
     void_variables,
 )
@@ -223,7 +222,7 @@ def _check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) -
         live_rules = [v.get("expression") for v in spec.get("validations") or []]
         fields = (
             ("failurePolicy", "Fail", str(spec.get("failurePolicy"))),
-            ("matches", "as declared", _same(rules_live, [resource_rule(declared.resources)])),
+            ("matches", "as declared", _same(rules_live, [declared.match])),
             ("exemptions", "as declared", _same(conditions, {NOT_EXEMPT: f"!({exemption(args)})"})),
             ("namespaceSelector", "as declared", _same(selector, namespace_selector(args))),
             ("variables", "as declared", _same(live_variables, declared.variables)),

@@ -112,6 +112,8 @@ POLICY_NAME = f"{PROJECT}-access-guard"
 ENV_KEYS_POLICY_NAME = f"{PROJECT}-env-keys"
 # The optional mutating policy that adds NVIDIA_VISIBLE_DEVICES=void where a container would otherwise be denied.
 VOID_POLICY_NAME = f"{PROJECT}-add-void"
+# The guard's third policy: which DeviceClasses tenants' ResourceClaims and ResourceClaimTemplates may name.
+CLAIMS_POLICY_NAME = f"{PROJECT}-claims"
 QUOTA_NAME = f"{PROJECT}-quota"
 DEFAULT_PLUGIN_NAMESPACE = f"{PROJECT}-system"
 DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
@@ -224,6 +226,25 @@ CDI_ANNOTATION_PATTERN = r"^([^/]*\.)?cdi\.k8s\.io(/|$)"
 # pkg/kubelet/lifecycle/predicate.go removeMissingExtendedResources, pkg/kubelet/cm/dra/manager.go).
 DRA_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 
+# --- Dynamic Resource Allocation ---
+
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+# NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu v0.4.0): its driver name, the attribute that carries a device's
+# UUID (a full GPU's, or a MIG device's own), and the DeviceClasses its chart creates, each selecting every device
+# the driver publishes of its kind, hidden GPUs included (deployments/helm/dra-driver-nvidia-gpu/templates/
+# deviceclass-*.yaml). A class whose name ends in this domain is the vendor's, never a tenant's to use here.
+NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
+DRA_UUID_ATTRIBUTE = "uuid"
+NVIDIA_CLASS_DOMAIN = "nvidia.com"
+# Per class, the ResourceQuota key that counts the devices claims of it allocate (kubernetes v1.36.3
+# pkg/quota/v1/evaluator/core/resource_claims.go); no `requests.` prefix.
+DRA_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
+
+
+def dra_quota_key(device_class: str) -> str:
+    return f"{device_class}{DRA_QUOTA_SUFFIX}"
+
 
 # --- Host paths ---
 
@@ -269,6 +290,7 @@ class Token:
     GPU_POOL = component_token("GpuPool")
     TOOLKIT_SETTINGS = component_token("ToolkitSettings")
     STACK_RECORD = component_token("StackRecord")
+    GPU_DEVICE_CLASSES = component_token("GpuDeviceClasses")
     PROVIDER = "pulumi:providers:kubernetes"
     NODE_PATCH = "kubernetes:core/v1:NodePatch"
     NAMESPACE = "kubernetes:core/v1:Namespace"
@@ -282,3 +304,4 @@ class Token:
     MUTATING_POLICY = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicy"
     MUTATING_BINDING = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicyBinding"
     CLUSTER_POLICY_PATCH = "kubernetes:nvidia.com/v1:ClusterPolicyPatch"
+    DEVICE_CLASS = "kubernetes:resource.k8s.io/v1:DeviceClass"

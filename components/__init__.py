@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from components.access_guard import AccessGuard, AccessGuardArgs
+    from components.device_classes import GpuDeviceClasses, GpuDeviceClassesArgs
     from components.gpu_pool import GpuPool, GpuPoolArgs
     from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
     from components.hidden_gpu_node import HiddenGpuNode, HiddenGpuNodeArgs
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 _MODULES = {
     "AccessGuard": "access_guard",
     "AccessGuardArgs": "access_guard",
+    "GpuDeviceClasses": "device_classes",
+    "GpuDeviceClassesArgs": "device_classes",
     "GpuPool": "gpu_pool",
     "GpuPoolArgs": "gpu_pool",
     "GpuQuotas": "gpu_quotas",
@@ -37,6 +40,8 @@ _MODULES = {
 __all__ = [
     "AccessGuard",
     "AccessGuardArgs",
+    "GpuDeviceClasses",
+    "GpuDeviceClassesArgs",
     "GpuPool",
     "GpuPoolArgs",
     "GpuQuotas",

@@ -2,7 +2,7 @@
 
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
 import typing
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -31,14 +31,14 @@ from components.guard_rules import (
     void_mutation,
     void_variables,
 )
+from components.node_labels import gpu_device_classes
 from components.stack_types import GuardSpec
 from stack_config.errors import as_written, validated
-from stack_config.models import GuardConfig, NamespaceName, StackConfig
+from stack_config.models import GuardConfig, NamespaceName, ObjectName, StackConfig
 
 
-def _core_resources(resources: list[str], args: GuardSettings) -> k8s.admissionregistration.v1.MatchResourcesArgs:
-    """These core resources, in every namespace but those an exempt label pair selects out."""
-    rule = resource_rule(resources)
+def _match(rule: dict[str, list[str]], args: GuardSettings) -> k8s.admissionregistration.v1.MatchResourcesArgs:
+    """What this resource rule matches, in every namespace but those an exempt label pair selects out."""
     selector = namespace_selector(args)
     return k8s.admissionregistration.v1.MatchResourcesArgs(
         namespace_selector=None
@@ -84,6 +84,8 @@ class AccessGuardArgs(TypedDict):
     """The stack's `guard` settings, as the stack file writes them."""
     plugin_namespace: str
     """The device plugin's namespace, which the guard always exempts (its pods mount host paths)."""
+    gpu_device_classes: NotRequired[list[str]]
+    """The stack's own DeviceClasses (hidden-gpu:dra), which tenants may claim from; none if absent."""
 
 
 def guard_args(stack: StackConfig) -> AccessGuardArgs:
@@ -91,12 +93,14 @@ def guard_args(stack: StackConfig) -> AccessGuardArgs:
     return AccessGuardArgs(
         guard=typing.cast(GuardSpec, as_written(stack.guard)),
         plugin_namespace=stack.device_plugin.namespace,
+        gpu_device_classes=sorted(gpu_device_classes(stack)),
     )
 
 
 class AccessGuard(pulumi.ComponentResource):
-    """Two ValidatingAdmissionPolicies and their bindings: one over Pods (and `kubectl debug`'s
-    ephemeral containers), one over the ConfigMap and Secret keys envFrom would turn into env; with
+    """Three ValidatingAdmissionPolicies and their bindings: one over Pods (and `kubectl debug`'s
+    ephemeral containers), one over the ConfigMap and Secret keys envFrom would turn into env, one over the
+    DeviceClasses ResourceClaims and their templates name; with
     `add_void`, a MutatingAdmissionPolicy that lets new containers without a GPU request pass."""
 
     policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
@@ -107,6 +111,10 @@ class AccessGuard(pulumi.ComponentResource):
     """The ConfigMap and Secret rule."""
     env_keys_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
     """Binds the ConfigMap and Secret rule with the same actions."""
+    claims_policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+    """The DeviceClasses tenants' ResourceClaims and ResourceClaimTemplates may name, and how."""
+    claims_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+    """Binds the claim rules with the same actions."""
     adds_void: bool
     """Whether the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void (where the pod rules would deny a
     container for want of a request) is declared. The policy and its binding are no outputs: a consumer's YAML
@@ -118,16 +126,22 @@ class AccessGuard(pulumi.ComponentResource):
         guard = validated(GuardConfig, args["guard"], ("guard",))
         # Checked as a namespace name: it is written into the policies' CEL.
         settings = GuardSettings.of_guard(
-            guard, validated(NamespaceName, args["plugin_namespace"], ("pluginNamespace",))
+            guard,
+            validated(NamespaceName, args["plugin_namespace"], ("pluginNamespace",)),
+            # Checked as object names: they are written into the claims policy's CEL.
+            validated(list[ObjectName], args.get("gpu_device_classes", []), ("gpuDeviceClasses",)),
         )
         # Fail closed: `pulumi destroy` keeps the node patches (the nodes stay hidden), so it keeps the guard
         # too; without it a retained node is open to `runtimeClassName: nvidia` + `ENV=all`. Removing it is a
         # deliberate step once every node is released (docs/operations.md).
         self._retained = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
-        pods, keys = policy_specs(settings)
+        pods, keys, claims = policy_specs(settings)
         self.policy, self.binding = self._policy(f"{name}-policy", f"{name}-binding", pods, settings)
         self.env_keys_policy, self.env_keys_binding = self._policy(
             f"{name}-env-keys-policy", f"{name}-env-keys-binding", keys, settings
+        )
+        self.claims_policy, self.claims_binding = self._policy(
+            f"{name}-claims-policy", f"{name}-claims-binding", claims, settings
         )
         self.adds_void = settings.add_void
         if self.adds_void:
@@ -144,7 +158,7 @@ class AccessGuard(pulumi.ComponentResource):
                 failure_policy="Fail",
                 # A sidecar a webhook injects after this policy ran gets its void on the second pass.
                 reinvocation_policy="IfNeeded",
-                match_constraints=_core_resources(POD_RESOURCES, args),
+                match_constraints=_match(resource_rule(POD_RESOURCES), args),
                 match_conditions=[
                     _not_exempt(args),
                     k8s.admissionregistration.v1.MatchConditionArgs(
@@ -181,7 +195,7 @@ class AccessGuard(pulumi.ComponentResource):
             metadata=_metadata(spec.name),
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
                 failure_policy="Fail",
-                match_constraints=_core_resources(spec.resources, args),
+                match_constraints=_match(spec.match, args),
                 match_conditions=[_not_exempt(args)],
                 variables=_variable_args(spec.variables) or None,
                 validations=[

@@ -1,16 +1,24 @@
 """GpuQuotas: how many nvidia.com/gpu each tenant namespace may request."""
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import GPU_QUOTA_KEY, PART_OF, PART_OF_LABEL, QUOTA_NAME, Token
+from common.names import GPU_QUOTA_KEY, PART_OF, PART_OF_LABEL, QUOTA_NAME, Token, dra_quota_key
 
 
 class GpuQuotasArgs(TypedDict):
     quotas: dict[str, int]
     """Namespace -> the most nvidia.com/gpu its pods may request together."""
+    device_classes: NotRequired[list[str]]
+    """The stack's GPU DeviceClasses: each is capped at the same number of devices per namespace (a quota caps one
+    resource name at a time, so the plugin's GPUs and each class's are counted apart)."""
+
+
+def quota_hard(limit: int, device_classes: list[str]) -> dict[str, str]:
+    """The quota's hard limits: nvidia.com/gpu requests, and the devices claims of each GPU class allocate."""
+    return {GPU_QUOTA_KEY: str(limit)} | {dra_quota_key(name): str(limit) for name in sorted(device_classes)}
 
 
 class GpuQuotas(pulumi.ComponentResource):
@@ -27,7 +35,7 @@ class GpuQuotas(pulumi.ComponentResource):
                 metadata=k8s.meta.v1.ObjectMetaArgs(
                     name=QUOTA_NAME, namespace=namespace, labels={PART_OF_LABEL: PART_OF}
                 ),
-                spec=k8s.core.v1.ResourceQuotaSpecArgs(hard={GPU_QUOTA_KEY: str(limit)}),
+                spec=k8s.core.v1.ResourceQuotaSpecArgs(hard=quota_hard(limit, args.get("device_classes", []))),
                 # Named off the component since this version; the alias keeps stacks' existing quotas as they
                 # are instead of deleting and creating them again.
                 opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(name=f"{namespace}-gpu-quota")]),

@@ -21,10 +21,13 @@ from typing import Any
 from common.names import (
     CDI_ANNOTATION_DOMAIN,
     CDI_ANNOTATION_PATTERN,
+    CLAIMS_POLICY_NAME,
     DEBUG_CAPABILITIES,
     DEVICE_ENV,
     DEVICE_REQUEST_DIR,
     DRA_EXTENDED_RESOURCE_PREFIX,
+    DRA_GROUP,
+    DRA_VERSION,
     ENV_KEYS_POLICY_NAME,
     HOST_NAMESPACE_FIELDS,
     NO_GPU_VALUES,
@@ -36,6 +39,7 @@ from common.names import (
     VISIBLE_DEVICES_ENV,
     GuardMode,
 )
+from components.node_labels import gpu_device_classes
 from stack_config.models import GuardConfig, StackConfig
 
 VALIDATION_ACTIONS = {GuardMode.ENFORCE: ["Deny"], GuardMode.WARN: ["Warn", "Audit"], GuardMode.AUDIT: ["Audit"]}
@@ -85,7 +89,8 @@ class PolicySpec:
     """One ValidatingAdmissionPolicy: its name, what it matches, its variables and rules."""
 
     name: str
-    resources: list[str]
+    match: dict[str, list[str]]
+    """The one resource rule of its match constraints, in wire names (cluster.verify compares them)."""
     variables: list[tuple[str, str]]
     rules: list[Rule]
 
@@ -108,20 +113,21 @@ class GuardSettings:
     """RuntimeClasses whose handler does not run the NVIDIA toolkit; a pod naming any other is judged as under it."""
     nvidia_is_default_runtime: bool
     """Every container runs the toolkit, whatever its RuntimeClass."""
-    allow_resource_claims: bool
-    """Admit pods with resourceClaims."""
     allowed_device_classes: list[str]
-    """DeviceClasses whose DRA extended resource tenant containers may request."""
+    """DeviceClasses tenants may claim from, and whose DRA extended resource their containers may request."""
+    gpu_device_classes: list[str]
+    """The stack's own DeviceClasses (hidden-gpu:dra), each selecting only exposed GPUs: tenants may claim from them,
+    one device count at a time."""
     add_void: bool
     """Also declare the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void to new containers that would
     otherwise be denied for lack of a GPU request."""
 
     @classmethod
     def of(cls, stack: StackConfig) -> GuardSettings:
-        return cls.of_guard(stack.guard, stack.device_plugin.namespace)
+        return cls.of_guard(stack.guard, stack.device_plugin.namespace, sorted(gpu_device_classes(stack)))
 
     @classmethod
-    def of_guard(cls, guard: GuardConfig, plugin_namespace: str) -> GuardSettings:
+    def of_guard(cls, guard: GuardConfig, plugin_namespace: str, gpu_classes: list[str]) -> GuardSettings:
         return cls(
             mode=guard.mode,
             exempt_namespaces=guard.exempt_with(plugin_namespace),
@@ -130,8 +136,8 @@ class GuardSettings:
             allowed_capabilities=list(guard.allowed_capabilities),
             plain_runtime_classes=list(guard.plain_runtime_classes),
             nvidia_is_default_runtime=guard.nvidia_is_default_runtime,
-            allow_resource_claims=guard.allow_resource_claims,
             allowed_device_classes=list(guard.allowed_device_classes),
+            gpu_device_classes=list(gpu_classes),
             add_void=guard.add_void,
         )
 
@@ -346,14 +352,6 @@ def rules(args: GuardSettings) -> list[Rule]:
             f"guard.allowedDeviceClasses ({', '.join(sorted(args.allowed_device_classes)) or 'none'}) may be "
             f"requested here: {REQUEST}",
         ),
-        Rule(
-            "resource-claims",
-            "true"
-            if args.allow_resource_claims
-            else "!variables.creating || !has(object.spec.resourceClaims) || size(object.spec.resourceClaims) == 0",
-            "resourceClaims (Dynamic Resource Allocation) are not allowed here: a DRA driver would hand out "
-            f"devices the stack does not list; {REQUEST}",
-        ),
     ]
 
 
@@ -427,15 +425,85 @@ def namespace_selector(args: GuardSettings) -> dict[str, list[dict[str, Any]]] |
 
 
 def resource_rule(resources: list[str]) -> dict[str, list[str]]:
-    """Creates and updates of these core (v1) resources and subresources, in wire names (verify reads them)."""
+    """Creates and updates of these core (v1) resources and subresources, in wire names."""
     return {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
 
 
-def policy_specs(args: GuardSettings) -> tuple[PolicySpec, PolicySpec]:
-    """The two ValidatingAdmissionPolicies: over pods, and over the keys envFrom turns into env."""
+# Claims and templates are judged when created: their spec is immutable (kubernetes v1.36.3
+# pkg/apis/resource/validation/validation.go:116-122, 621-626), and the status the scheduler writes is a
+# subresource. Requests through v1beta1/v1beta2 match too (matchPolicy Equivalent, the default), converted to v1.
+CLAIMS_RULE = {
+    "apiGroups": [DRA_GROUP],
+    "apiVersions": [DRA_VERSION],
+    "operations": ["CREATE"],
+    "resources": ["resourceclaims", "resourceclaimtemplates"],
+}
+
+
+def claim_variables() -> list[tuple[str, str]]:
+    """A claim's device requests, or a template's (under spec.spec). `dyn`: the two kinds have different types."""
+    return [
+        (
+            "claimSpec",
+            "request.resource == 'resourceclaimtemplates' ? dyn(object).spec.spec : dyn(object).spec",
+        ),
+        (
+            "requests",
+            "has(variables.claimSpec.devices) && has(variables.claimSpec.devices.requests)"
+            " ? variables.claimSpec.devices.requests : []",
+        ),
+    ]
+
+
+def _every_alternative(check: str) -> str:
+    """CEL: `check` (over `d`) holds for each request's `exactly` and for each of its `firstAvailable`
+    alternatives, which name their own classes (the allocator takes the first it can satisfy)."""
     return (
-        PolicySpec(POLICY_NAME, POD_RESOURCES, variables(args), rules(args)),
-        PolicySpec(ENV_KEYS_POLICY_NAME, ENV_KEYS_RESOURCES, [], [ENV_KEY_RULE]),
+        f"variables.requests.all(r, (!has(r.exactly) || [r.exactly].all(d, {check}))"
+        f" && (!has(r.firstAvailable) || r.firstAvailable.all(d, {check})))"
+    )
+
+
+def claim_rules(args: GuardSettings) -> list[Rule]:
+    tenant_classes = sorted({*args.allowed_device_classes, *args.gpu_device_classes})
+    ours = cel(sorted(args.gpu_device_classes))
+    return [
+        Rule(
+            "claim-device-classes",
+            _every_alternative(f"d.deviceClassName in {cel(tenant_classes)}"),
+            "a claim may name only the DeviceClasses this stack lets tenants use ("
+            + (", ".join(tenant_classes) or "none")
+            + "): any other class selects whatever devices it matches, hidden GPUs included; for a GPU, "
+            f"{REQUEST}" + (", or claim from the stack's own classes" if args.gpu_device_classes else ""),
+        ),
+        Rule(
+            "claim-admin-access",
+            "variables.requests.all(r, !has(r.exactly) || !has(r.exactly.adminAccess) || !r.exactly.adminAccess)",
+            "adminAccess reaches devices already allocated to other pods, whatever their class: not here",
+        ),
+        Rule(
+            "claim-tolerations",
+            _every_alternative("!has(d.tolerations) || size(d.tolerations) == 0"),
+            "a claim may not tolerate device taints: the platform taints the devices no tenant may have",
+        ),
+        Rule(
+            "claim-exact-count",
+            _every_alternative(
+                f"!(d.deviceClassName in {ours}) || !has(d.allocationMode) || d.allocationMode == 'ExactCount'"
+            ),
+            "claims from the stack's GPU classes ask for an exact count (allocationMode ExactCount, the default), "
+            "which the namespace's quota caps",
+        ),
+    ]
+
+
+def policy_specs(args: GuardSettings) -> tuple[PolicySpec, ...]:
+    """The three ValidatingAdmissionPolicies: over pods, over the keys envFrom turns into env, and over the
+    DeviceClasses tenants' claims name."""
+    return (
+        PolicySpec(POLICY_NAME, resource_rule(POD_RESOURCES), variables(args), rules(args)),
+        PolicySpec(ENV_KEYS_POLICY_NAME, resource_rule(ENV_KEYS_RESOURCES), [], [ENV_KEY_RULE]),
+        PolicySpec(CLAIMS_POLICY_NAME, CLAIMS_RULE, claim_variables(), claim_rules(args)),
     )
 
 

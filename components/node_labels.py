@@ -11,7 +11,7 @@ from common.names import (
     pool_class_name,
     runtime_class_name,
 )
-from stack_config.models import NodeConfig
+from stack_config.models import NodeConfig, StackConfig
 
 
 def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
@@ -20,6 +20,17 @@ def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
     if node.pool:
         return pool_class_name(node.pool), POOL_LABEL, node.pool
     return runtime_class_name(node.name), NODE_LABEL, node.name
+
+
+def gpu_device_classes(stack: StackConfig) -> dict[str, list[str]]:
+    """With hidden-gpu:dra, the stack's DeviceClasses and the exposed UUIDs each selects, in stack order: named like
+    the RuntimeClasses (one per pool, one per node outside a pool), for those that expose GPUs."""
+    classes: dict[str, list[str]] = {}
+    if stack.dra is not None:
+        for node in stack.nodes:
+            if node.exposed_gpus:
+                classes.setdefault(runtime_class_of(node)[0], []).extend(node.exposed_gpus)
+    return classes
 
 
 def node_labels(node: NodeConfig) -> dict[str, str]:

@@ -165,14 +165,13 @@ class GuardSpec(TypedDict):
     nvidiaIsDefaultRuntime: NotRequired[bool]
     """`true` if `nvidia` is containerd's default runtime on the GPU nodes: then every tenant container
     runs the toolkit, and each must request an NVIDIA resource or set `NVIDIA_VISIBLE_DEVICES=void`."""
-    allowResourceClaims: NotRequired[bool]
-    """Admit pods with `resourceClaims` (Dynamic Resource Allocation). Off: a DRA GPU driver, if ever
-    installed, would hand out devices the stack does not list."""
     allowedDeviceClasses: NotRequired[list[str]]
-    """DeviceClass names (say a NIC class) whose DRA extended resource
-    `deviceclass.resource.kubernetes.io/<class>` tenant containers may request. Every other name under
-    that prefix is denied outside exempt namespaces: the scheduler would allocate it through DRA from
-    any device the class selects, hidden GPUs included."""
+    """DeviceClass names (say a NIC class) tenants may use through Dynamic Resource Allocation: their
+    ResourceClaims and ResourceClaimTemplates may name them, and their containers may request the
+    class's extended resource `deviceclass.resource.kubernetes.io/<class>`. Every other class is denied
+    outside exempt namespaces (the stack's own GPU classes, from `hidden-gpu:dra`, are added): a class
+    selects whatever devices its selector matches, hidden GPUs included. NVIDIA's own classes
+    (`*.nvidia.com`) select every GPU the driver publishes and are refused."""
     addVoid: NotRequired[bool]
     """Add `NVIDIA_VISIBLE_DEVICES=void` to each new container under an NVIDIA runtime that neither
     requests an NVIDIA resource nor sets the variable (a sidecar, an init or `kubectl debug` container),

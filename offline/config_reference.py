@@ -168,6 +168,10 @@ def pulumi_config() -> dict[str, Any]:
     where optional, the default that changes nothing."""
     declarations: dict[str, Any] = {}
     for name, field in StackConfig.model_fields.items():
+        if not field.is_required() and field.get_default() is None:
+            # A section that means something by being present (`dra`) has no default that changes nothing, and a
+            # declared key without one is required: left undeclared, as the CLI allows any key of the project's.
+            continue
         declared = {**_pulumi_type(field.annotation), "description": " ".join((field.description or "").split())}
         if not field.is_required():
             declared["default"] = _empty_default(field)

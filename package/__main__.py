@@ -17,6 +17,7 @@ from pulumi.provider.experimental import component_provider_host
 
 from common.names import PROJECT
 from components.access_guard import AccessGuard
+from components.device_classes import GpuDeviceClasses
 from components.gpu_pool import GpuPool
 from components.gpu_quotas import GpuQuotas
 from components.hidden_gpu_node import HiddenGpuNode
@@ -24,7 +25,16 @@ from components.plugin_namespace import PluginNamespace
 from components.stack_record import StackRecord
 from components.toolkit_settings import ToolkitSettings
 
-COMPONENTS = [AccessGuard, GpuPool, GpuQuotas, HiddenGpuNode, PluginNamespace, StackRecord, ToolkitSettings]
+COMPONENTS = [
+    AccessGuard,
+    GpuDeviceClasses,
+    GpuPool,
+    GpuQuotas,
+    HiddenGpuNode,
+    PluginNamespace,
+    StackRecord,
+    ToolkitSettings,
+]
 # One version for both distributions: the provider's and the Python wheel's (pyproject.toml).
 VERSION: str = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"][
     "version"

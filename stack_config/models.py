@@ -23,6 +23,8 @@ from common.names import (
     DEFAULT_PLUGIN_IMAGE,
     DEFAULT_PLUGIN_NAMESPACE,
     DOT_SEGMENT_PATTERN,
+    NVIDIA_CLASS_DOMAIN,
+    NVIDIA_DRA_DRIVER,
     OPERATOR_RUNTIME_CLASSES,
     PLUGIN_PRIORITY_CLASS,
     POOL_CLASS_INFIX,
@@ -434,13 +436,12 @@ class GuardConfig(_Model):
     nvidia_is_default_runtime: bool = False
     """`true` if `nvidia` is containerd's default runtime on the GPU nodes: then every tenant container runs the
     toolkit, and each must request an NVIDIA resource or set `NVIDIA_VISIBLE_DEVICES=void`."""
-    allow_resource_claims: bool = False
-    """Admit pods with `resourceClaims` (Dynamic Resource Allocation). Off: a DRA GPU driver, if ever installed,
-    would hand out devices the stack does not list."""
     allowed_device_classes: list[ObjectName] = Field(default_factory=list)
-    """DeviceClass names (say a NIC class) whose DRA extended resource `deviceclass.resource.kubernetes.io/<class>`
-    tenant containers may request. Every other name under that prefix is denied outside exempt namespaces: the
-    scheduler would allocate it through DRA from any device the class selects, hidden GPUs included."""
+    """DeviceClass names (say a NIC class) tenants may use through Dynamic Resource Allocation: their ResourceClaims
+    and ResourceClaimTemplates may name them, and their containers may request the class's extended resource
+    `deviceclass.resource.kubernetes.io/<class>`. Every other class is denied outside exempt namespaces (the stack's
+    own GPU classes, from `hidden-gpu:dra`, are added): a class selects whatever devices its selector matches, hidden
+    GPUs included. NVIDIA's own classes (`*.nvidia.com`) select every GPU the driver publishes and are refused."""
     add_void: bool = False
     """Add `NVIDIA_VISIBLE_DEVICES=void` to each new container under an NVIDIA runtime that neither requests an NVIDIA
     resource nor sets the variable (a sidecar, an init or `kubectl debug` container), instead of denying it; never to
@@ -449,17 +450,8 @@ class GuardConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _retired_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "nvidiaRuntimeClasses" in data:
-            raise FieldProblemsError(
-                [
-                    (
-                        ("nvidiaRuntimeClasses",),
-                        data["nvidiaRuntimeClasses"],
-                        "retired: a list of NVIDIA classes is never complete, so every RuntimeClass is now judged as "
-                        "NVIDIA's unless listed in guard.plainRuntimeClasses; delete this key",
-                    )
-                ]
-            )
+        if isinstance(data, dict):
+            _raise_any(((key,), data[key], reason) for key, reason in _RETIRED_GUARD_KEYS.items() if key in data)
         return data
 
     def exempt_with(self, plugin_namespace: str) -> list[str]:
@@ -473,7 +465,33 @@ class GuardConfig(_Model):
             for index, name in enumerate(self.plain_runtime_classes)
             if name in OPERATOR_RUNTIME_CLASSES or name.startswith(RUNTIME_CLASS_PREFIX)
         )
+        _raise_any(
+            (("allowedDeviceClasses", index), name, reason)
+            for index, name in enumerate(self.allowed_device_classes)
+            if (reason := _device_class_problem(name))
+        )
         return self
+
+
+_RETIRED_GUARD_KEYS = {
+    "nvidiaRuntimeClasses": "retired: a list of NVIDIA classes is never complete, so every RuntimeClass is now judged "
+    "as NVIDIA's unless listed in guard.plainRuntimeClasses; delete this key",
+    "allowResourceClaims": "retired: tenants' ResourceClaims and ResourceClaimTemplates are now judged themselves, by "
+    "the DeviceClasses they name: list the classes tenants may use in guard.allowedDeviceClasses (the stack's own GPU "
+    "classes come from hidden-gpu:dra) and delete this key",
+}
+
+
+def _device_class_problem(name: str) -> str | None:
+    """Why a tenant may not be allowed this DeviceClass, if so."""
+    if name == NVIDIA_CLASS_DOMAIN or name.endswith(f".{NVIDIA_CLASS_DOMAIN}"):
+        return (
+            "an NVIDIA DeviceClass: it selects every device NVIDIA's DRA driver publishes, hidden GPUs included; "
+            "set hidden-gpu:dra for classes of the exposed GPUs only"
+        )
+    if name.startswith(RUNTIME_CLASS_PREFIX):
+        return "the stack's own DeviceClasses come from hidden-gpu:dra; list only other classes here"
+    return None
 
 
 class ClusterPolicyConfig(_Model):
@@ -484,6 +502,14 @@ class ClusterPolicyConfig(_Model):
     volume-mounts`."""
     name: ObjectName = DEFAULT_CLUSTER_POLICY
     """The ClusterPolicy's name."""
+
+
+class DraConfig(_Model):
+    """DeviceClasses of the exposed GPUs, for clusters that allocate GPUs through Dynamic Resource Allocation."""
+
+    driver: ObjectName = NVIDIA_DRA_DRIVER
+    """The DRA driver that publishes the GPUs; each class selects only this driver's devices whose `uuid` attribute
+    is one of the exposed UUIDs there (NVIDIA's driver publishes it so)."""
 
 
 class StackConfig(_Model):
@@ -499,6 +525,10 @@ class StackConfig(_Model):
     """The access guard (admission policy)."""
     cluster_policy: ClusterPolicyConfig = ClusterPolicyConfig()
     """The opt-in ClusterPolicy patch."""
+    dra: DraConfig | None = None
+    """Present (`{}` takes the defaults): a DeviceClass per pool, or per node outside a pool, that exposes GPUs
+    (`hidden-gpu-pool-<pool>`, `hidden-gpu-<node>`), selecting only its exposed GPUs; tenants may claim from them
+    (ExactCount, no adminAccess, no tolerations) and `quotas` caps each class per namespace too."""
     rollout_wave: Annotated[StrictInt, Field(ge=0)] = 0
     """When `up` runs after a merge: stacks go in ascending waves, each only once the one before is up and
     verified (dev 0, prod 2: a new environment picks its place without touching the others). Read by

@@ -14,6 +14,7 @@ from offline.program import ProgramRun, run_program
 from tests.support.guard import (
     TENANT,
     admit,
+    claims_policy,
     container,
     env_keys_policy,
     plugin_pod,
@@ -22,7 +23,18 @@ from tests.support.guard import (
     with_ephemeral,
 )
 from tests.support.objects import only
-from tests.support.routes import BENIGN, GPU_POD, OURS, ROUTES, VOID, capability_pod, host_path_pod
+from tests.support.routes import (
+    BENIGN,
+    CLAIM_BENIGN,
+    CLAIM_ROUTES,
+    CLAIMS_GUARD,
+    GPU_POD,
+    OURS,
+    ROUTES,
+    VOID,
+    capability_pod,
+    host_path_pod,
+)
 from tests.support.stacks import changed
 
 
@@ -190,7 +202,7 @@ def test_label_exemptions_live_in_the_namespace_selector_and_cover_every_policy(
     judged a trusted namespace like a tenant's. The selector is where the API server applies it."""
     run = run_program(guard(exemptNamespaceLabels={"hidden-gpu.io/trusted": "true"}, addVoid=True), "test")
     policies = [r.inputs for r in (*run.of_type(Token.ADMISSION_POLICY), *run.of_type(Token.MUTATING_POLICY))]
-    assert len(policies) == 3
+    assert len(policies) == 4  # pods, env keys, claims, void
     for declared in policies:
         spec = declared["spec"]
         assert spec["matchConstraints"]["namespaceSelector"] == {
@@ -246,9 +258,34 @@ def test_nvidia_as_default_runtime_judges_every_pod() -> None:
     assert admit(everywhere, pod(container(gpus="1"))) == []
 
 
-def test_resource_claims_can_be_allowed() -> None:
-    allowing = pod_policy(run_program(guard(allowResourceClaims=True), "test"))
-    assert admit(allowing, ROUTES["resource-claims"][0]) == []
+@pytest.fixture(scope="module")
+def claims() -> dict[str, Any]:
+    """The claims policy of a stack with hidden-gpu:dra and one allowed NIC class."""
+    config = changed(lambda c: c.update({"hidden-gpu:dra": {}, "hidden-gpu:guard": CLAIMS_GUARD}))
+    return claims_policy(run_program(config, "test"))
+
+
+@pytest.mark.parametrize("route", CLAIM_ROUTES, ids=list(CLAIM_ROUTES))
+def test_every_claim_route_is_denied(claims: dict[str, Any], route: str) -> None:
+    obj, rule = CLAIM_ROUTES[route]
+    assert rules_denying(claims, obj) == (rule if isinstance(rule, list) else [rule])
+
+
+@pytest.mark.parametrize("name", CLAIM_BENIGN, ids=list(CLAIM_BENIGN))
+def test_claims_tenants_need_are_admitted(claims: dict[str, Any], name: str) -> None:
+    assert admit(claims, CLAIM_BENIGN[name]) == []
+
+
+def test_without_dra_no_gpu_class_is_claimable() -> None:
+    """Without hidden-gpu:dra the stack has no GPU class: a claim from one that looks like it is denied, and the
+    allowed NIC class stays claimable."""
+    plain = claims_policy(run_program(guard(**CLAIMS_GUARD), "test"))
+    assert rules_denying(plain, CLAIM_BENIGN["one-exposed-gpu"]) == ["claim-device-classes"]
+    assert admit(plain, CLAIM_BENIGN["allowed-nic"]) == []
+
+
+def test_claims_in_exempt_namespaces_are_not_judged(claims: dict[str, Any]) -> None:
+    assert admit(claims, CLAIM_ROUTES["nvidia-gpu-class"][0], namespace="kube-system") is None
 
 
 @pytest.mark.parametrize("strategy", ["envvar", "volume-mounts"])
@@ -267,19 +304,20 @@ def test_the_plugins_own_pod_is_admitted_in_its_namespace_only(strategy: str) ->
 @pytest.mark.parametrize(
     ("mode", "actions"), [("enforce", ["Deny"]), ("warn", ["Warn", "Audit"]), ("audit", ["Audit"])]
 )
-def test_mode_sets_both_bindings(mode: str, actions: list[str]) -> None:
+def test_mode_sets_every_binding(mode: str, actions: list[str]) -> None:
     run = run_program(guard(mode=mode), "test")
     bindings = run.of_type(Token.ADMISSION_BINDING)
-    assert len(bindings) == 2 and all(b.inputs["spec"]["validationActions"] == actions for b in bindings)
+    assert len(bindings) == 3 and all(b.inputs["spec"]["validationActions"] == actions for b in bindings)
     assert all(b.parent == only(run.of_type(Token.ACCESS_GUARD)).urn for b in bindings)
 
 
-def test_policies_match_pods_ephemeral_containers_configmaps_and_secrets(run: ProgramRun) -> None:
-    resources = [
-        p.inputs["spec"]["matchConstraints"]["resourceRules"][0]["resources"]
-        for p in run.of_type(Token.ADMISSION_POLICY)
+def test_policies_match_pods_ephemeral_containers_configmaps_secrets_and_claims(run: ProgramRun) -> None:
+    rules = [p.inputs["spec"]["matchConstraints"]["resourceRules"][0] for p in run.of_type(Token.ADMISSION_POLICY)]
+    assert sorted((r["apiGroups"], r["operations"], r["resources"]) for r in rules) == [
+        ([""], ["CREATE", "UPDATE"], ["configmaps", "secrets"]),
+        ([""], ["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"]),
+        (["resource.k8s.io"], ["CREATE"], ["resourceclaims", "resourceclaimtemplates"]),
     ]
-    assert sorted(resources) == [["configmaps", "secrets"], ["pods", "pods/ephemeralcontainers"]]
     assert all(p.inputs["spec"]["failurePolicy"] == "Fail" for p in run.of_type(Token.ADMISSION_POLICY))
 
 

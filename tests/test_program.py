@@ -122,7 +122,7 @@ def test_no_node_is_hidden_before_its_guard_exists(guard: dict[str, Any]) -> Non
     guard_objects = {
         r.urn for r in declared.resources if r.parent is not None and "hidden-gpu:index:AccessGuard" in r.parent
     }
-    assert len(guard_objects) == (6 if guard else 4)
+    assert len(guard_objects) == (8 if guard else 6)
     patches = declared.of_type(Token.NODE_PATCH)
     assert len(patches) == 2
     for patch in patches:
@@ -321,7 +321,8 @@ def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
     definitions, types = analyzed["component_definitions"], analyzed["type_definitions"]
     assert set(definitions) == declared
     assert set(definitions["StackRecord"].inputs) == {"stack", "namespace", "exposed"}
-    assert set(definitions["GpuQuotas"].inputs) == {"quotas"}
+    assert set(definitions["GpuQuotas"].inputs) == {"quotas", "deviceClasses"}
+    assert set(definitions["GpuDeviceClasses"].inputs) == {"driver", "classes"}
     assert definitions["GpuPool"].outputs["runtimeClass"].ref is not None  # a kubernetes resource reference
     node = definitions["HiddenGpuNode"]
     assert set(node.inputs) == {"node", "devicePlugin", "pluginNamespace", "poolClass"}
@@ -329,7 +330,7 @@ def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
     assert node.inputs["node"].plain and node.inputs["devicePlugin"].plain
     assert not node.inputs["pluginNamespace"].plain and node.inputs["poolClass"].optional
     assert set(node.outputs) >= {"labelPatch", "devicePlugin", "runtimeClass", "summary"}
-    assert set(definitions["AccessGuard"].inputs) == {"guard", "pluginNamespace"}
+    assert set(definitions["AccessGuard"].inputs) == {"guard", "pluginNamespace", "gpuDeviceClasses"}
     assert set(definitions["ToolkitSettings"].outputs) == {"clusterPolicy"}
     # Each spec carries exactly its model's keys, and the keys a stack requires are required there too.
     for model in (NodeConfig, DevicePluginConfig, GuardConfig):

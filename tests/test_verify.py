@@ -94,7 +94,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 45 checks, 8 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 53 checks, 8 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,7 +149,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 47 checks, 10 API requests")
+    assert out.strip().endswith("in 55 checks, 10 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)

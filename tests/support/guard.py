@@ -10,7 +10,7 @@ from typing import Any
 
 import cel
 
-from common.names import ENV_KEYS_POLICY_NAME, POLICY_NAME, Token
+from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, POLICY_NAME, Token
 from offline.program import ProgramRun
 from tests.support.objects import only
 
@@ -31,6 +31,20 @@ def env_keys_policy(run: ProgramRun) -> dict[str, Any]:
     return policies(run)[ENV_KEYS_POLICY_NAME]
 
 
+def claims_policy(run: ProgramRun) -> dict[str, Any]:
+    return policies(run)[CLAIMS_POLICY_NAME]
+
+
+# The request's resource, as the API server names it, for each kind the policies judge.
+RESOURCES = {
+    "Pod": "pods",
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "ResourceClaim": "resourceclaims",
+    "ResourceClaimTemplate": "resourceclaimtemplates",
+}
+
+
 def _prepared(
     policy: dict[str, Any],
     obj: dict[str, Any],
@@ -49,6 +63,7 @@ def _prepared(
         "operation": "CREATE" if old is None else "UPDATE",
         "subResource": sub_resource,
         "kind": {"kind": obj.get("kind", "Pod")},
+        "resource": RESOURCES[obj.get("kind", "Pod")],
     }
     labels = {"kubernetes.io/metadata.name": namespace, **(namespace_labels or {})}
     spec = policy["spec"]

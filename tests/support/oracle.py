@@ -159,8 +159,8 @@ def routes(pod: dict[str, Any], cluster: Cluster) -> list[str]:
     for flag in ("hostPID", "hostIPC", "hostNetwork"):
         if spec.get(flag):
             found.append(flag)
-    if spec.get("resourceClaims"):
-        found.append("resource claim")
+    # A pod's resourceClaims are no route of their own: each claim was judged when it was created, by the class it
+    # names (tests/test_access_guard.py, the claim routes).
     every = [*(spec.get("initContainers") or []), *spec["containers"], *(spec.get("ephemeralContainers") or [])]
     for node in landing_nodes(pod, cluster):
         name = spec.get("runtimeClassName")

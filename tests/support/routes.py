@@ -235,13 +235,6 @@ ROUTES: dict[str, tuple[dict[str, Any], str | list[str]]] = {
             ),
         )
     },
-    "resource-claims": (
-        pod(
-            container(resources={"claims": [{"name": "gpu"}]}),
-            resourceClaims=[{"name": "gpu", "resourceClaimName": "all-gpus"}],
-        ),
-        "resource-claims",
-    ),
 }
 
 
@@ -270,6 +263,11 @@ BENIGN: dict[str, dict[str, Any]] = {
     "other-extended-resource": pod(container(gpus="1", resource="example.com/fpga")),
     "lookalike-dra-prefix": pod(container(gpus="1", resource="example.com/deviceclass.resource.kubernetes.io")),
     "hugepages": pod(container(resources={"limits": {"hugepages-2Mi": "2Mi", "memory": "64Mi"}})),
+    # The claim itself was judged when it was created (CLAIM_ROUTES): a pod naming one is not a route by itself.
+    "pod-with-a-claim": pod(
+        container(resources={"claims": [{"name": "gpu"}]}),
+        resourceClaims=[{"name": "gpu", "resourceClaimName": "one-gpu"}],
+    ),
     "privileged-false": pod(container(securityContext={"privileged": False})),
     "host-namespaces-false": pod(hostPID=False, hostNetwork=False, hostIPC=False),
     "node-chosen-by-selector": pod(
@@ -282,4 +280,81 @@ BENIGN: dict[str, dict[str, Any]] = {
         volumes=[{"name": "v", "emptyDir": {}}],
         os={"name": "windows"},
     ),
+}
+
+
+# --- ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1), under CLAIMS_STACK ---
+
+NIC_CLASS = "nic.example.com"
+# The stack's own GPU class for gpu-node-01 (hidden-gpu:dra), named like its RuntimeClass.
+GPU_CLASS = OURS
+CLAIMS_GUARD = {"allowedDeviceClasses": [NIC_CLASS]}
+
+
+def claim(*requests: dict[str, Any], template: bool = False) -> dict[str, Any]:
+    """A claim, or a claim template, with these device requests."""
+    spec = {"devices": {"requests": list(requests)}}
+    kind, body = ("ResourceClaimTemplate", {"spec": spec}) if template else ("ResourceClaim", spec)
+    return {"apiVersion": "resource.k8s.io/v1", "kind": kind, "metadata": {"name": "c"}, "spec": body}
+
+
+def exactly(device_class: str, name: str = "r", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": device_class, **extra}}
+
+
+def first_available(*alternatives: dict[str, Any]) -> dict[str, Any]:
+    """A request satisfied by the first alternative the allocator can meet; each is {deviceClassName, ...}."""
+    return {"name": "r", "firstAvailable": [{"name": f"s{i}", **a} for i, a in enumerate(alternatives)]}
+
+
+TOLERATE_ALL: dict[str, Any] = {"tolerations": [{"operator": "Exists"}]}
+
+CLAIM_ROUTES: dict[str, tuple[dict[str, Any], str | list[str]]] = {
+    "nvidia-gpu-class": (claim(exactly("gpu.nvidia.com")), "claim-device-classes"),
+    "nvidia-mig-class": (claim(exactly("mig.nvidia.com")), "claim-device-classes"),
+    "nvidia-vfio-class": (claim(exactly("vfio.gpu.nvidia.com")), "claim-device-classes"),
+    "nvidia-imex-channel-class": (
+        claim(exactly("compute-domain-default-channel.nvidia.com")),
+        "claim-device-classes",
+    ),
+    "another-nodes-lookalike": (claim(exactly("hidden-gpu-gpu-node-02")), "claim-device-classes"),
+    "second-request-nvidia": (
+        claim(exactly(GPU_CLASS), exactly("gpu.nvidia.com", name="more")),
+        "claim-device-classes",
+    ),
+    "first-available-fallback-nvidia": (
+        claim(first_available({"deviceClassName": GPU_CLASS}, {"deviceClassName": "gpu.nvidia.com"})),
+        "claim-device-classes",
+    ),
+    "template-nvidia-class": (claim(exactly("gpu.nvidia.com"), template=True), "claim-device-classes"),
+    "template-first-available": (
+        claim(first_available({"deviceClassName": "gpu.nvidia.com"}), template=True),
+        "claim-device-classes",
+    ),
+    "admin-access": (claim(exactly(GPU_CLASS, adminAccess=True)), "claim-admin-access"),
+    "admin-access-allowed-class": (claim(exactly(NIC_CLASS, adminAccess=True)), "claim-admin-access"),
+    "template-admin-access": (claim(exactly(GPU_CLASS, adminAccess=True), template=True), "claim-admin-access"),
+    "tolerates-device-taints": (claim(exactly(GPU_CLASS, **TOLERATE_ALL)), "claim-tolerations"),
+    "alternative-tolerates": (
+        claim(first_available({"deviceClassName": GPU_CLASS, **TOLERATE_ALL})),
+        "claim-tolerations",
+    ),
+    "all-of-the-class": (claim(exactly(GPU_CLASS, allocationMode="All")), "claim-exact-count"),
+    "alternative-all-of-the-class": (
+        claim(first_available({"deviceClassName": GPU_CLASS, "allocationMode": "All"})),
+        "claim-exact-count",
+    ),
+}
+
+CLAIM_BENIGN: dict[str, dict[str, Any]] = {
+    "one-exposed-gpu": claim(exactly(GPU_CLASS)),
+    "two-exposed-gpus": claim(exactly(GPU_CLASS, allocationMode="ExactCount", count=2)),
+    "narrowed-by-a-selector": claim(
+        exactly(GPU_CLASS, selectors=[{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}])
+    ),
+    "template-one-gpu": claim(exactly(GPU_CLASS), template=True),
+    "allowed-nic": claim(exactly(NIC_CLASS)),
+    "allowed-nic-all": claim(exactly(NIC_CLASS, allocationMode="All")),
+    "alternatives-all-allowed": claim(first_available({"deviceClassName": GPU_CLASS}, {"deviceClassName": NIC_CLASS})),
+    "no-requests": claim(),
 }

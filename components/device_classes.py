@@ -1,0 +1,63 @@
+"""GpuDeviceClasses: for clusters that allocate GPUs through Dynamic Resource Allocation, a DeviceClass per pool (or
+per node outside a pool) that selects only the GPUs the stack exposes there."""
+
+# No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
+import json
+from typing import TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from common.names import DRA_UUID_ATTRIBUTE, PART_OF, PART_OF_LABEL, Token
+from stack_config.errors import validated
+from stack_config.models import DeviceUuid, ObjectName
+
+
+class GpuDeviceClassesArgs(TypedDict):
+    """A TypedDict: what Pulumi's component provider hands the component (package/)."""
+
+    driver: str
+    """The DRA driver that publishes the GPUs (NVIDIA's: `gpu.nvidia.com`)."""
+    classes: dict[str, list[str]]
+    """DeviceClass name -> the exposed UUIDs it selects."""
+
+
+def device_selector(driver: str, uuids: list[str]) -> str:
+    """CEL: one of this driver's devices whose UUID attribute is listed. An unknown attribute domain reads as an
+    empty map, but an absent attribute is an error that aborts the allocation (resource.k8s.io/v1
+    CELDeviceSelector), so the attribute's presence is tested first: a device without one is not selected."""
+    attributes = f"device.attributes[{json.dumps(driver)}]"
+    return (
+        f"device.driver == {json.dumps(driver)} && {json.dumps(DRA_UUID_ATTRIBUTE)} in {attributes}"
+        f" && {attributes}.{DRA_UUID_ATTRIBUTE} in {json.dumps(uuids)}"
+    )
+
+
+class GpuDeviceClasses(pulumi.ComponentResource):
+    """Only the exposed UUIDs appear in them, never a hidden one: a claim from a class can get nothing else, and the
+    access guard lets tenants claim from no class that might (guard.allowedDeviceClasses)."""
+
+    device_classes: dict[str, k8s.resource.v1.DeviceClass]
+    """The DeviceClass of each name."""
+
+    def __init__(self, name: str, args: GpuDeviceClassesArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(Token.GPU_DEVICE_CLASSES, name, None, opts)
+        # Checked here too: a consumer's values are written into CEL.
+        driver = validated(ObjectName, args["driver"], ("driver",))
+        classes = validated(dict[ObjectName, list[DeviceUuid]], args["classes"], ("classes",))
+        self.device_classes = {
+            class_name: k8s.resource.v1.DeviceClass(
+                f"{name}-{class_name}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=class_name, labels={PART_OF_LABEL: PART_OF}),
+                spec=k8s.resource.v1.DeviceClassSpecArgs(
+                    selectors=[
+                        k8s.resource.v1.DeviceSelectorArgs(
+                            cel=k8s.resource.v1.CELDeviceSelectorArgs(expression=device_selector(driver, uuids))
+                        )
+                    ]
+                ),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for class_name, uuids in sorted(classes.items())
+        }
+        self.register_outputs({"deviceClasses": sorted(classes)})
