@@ -445,7 +445,7 @@ def claim_variables() -> list[tuple[str, str]]:
     return [
         (
             "claimSpec",
-            "request.resource == 'resourceclaimtemplates' ? dyn(object).spec.spec : dyn(object).spec",
+            "request.kind.kind == 'ResourceClaimTemplate' ? dyn(object).spec.spec : dyn(object).spec",
         ),
         (
             "requests",

@@ -35,7 +35,7 @@ def claims_policy(run: ProgramRun) -> dict[str, Any]:
     return policies(run)[CLAIMS_POLICY_NAME]
 
 
-# The request's resource, as the API server names it, for each kind the policies judge.
+# The request's resource (a GroupVersionResource in CEL; the resource name is enough here), for each kind judged.
 RESOURCES = {
     "Pod": "pods",
     "ConfigMap": "configmaps",
@@ -63,7 +63,7 @@ def _prepared(
         "operation": "CREATE" if old is None else "UPDATE",
         "subResource": sub_resource,
         "kind": {"kind": obj.get("kind", "Pod")},
-        "resource": RESOURCES[obj.get("kind", "Pod")],
+        "resource": {"resource": RESOURCES[obj.get("kind", "Pod")]},
     }
     labels = {"kubernetes.io/metadata.name": namespace, **(namespace_labels or {})}
     spec = policy["spec"]

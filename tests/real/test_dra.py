@@ -1,0 +1,259 @@
+"""Dynamic Resource Allocation on the real API server and the real scheduler (issue 31): the stack's GPU DeviceClasses
+hand out exposed GPUs only, under load, and the claims policy keeps tenants off every other class.
+
+Its own control plane: the session's guard is another stack's. The one stand-in is the DRA driver's kubelet plugin:
+its ResourceSlices are published by the API, under an identity of their own with the ClusterRole NVIDIA's chart gives
+the plugin, in the shape k8s-dra-driver-gpu v0.4.0 publishes (pool = node, devices `gpu-<minor>`, attributes `type`
+and `uuid`, unqualified, so in the driver's domain). Everything that decides who gets a device is real: admission,
+quota, and the scheduler's DRA allocator.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.names import CLAIMS_POLICY_NAME, NVIDIA_DRA_DRIVER, Token, dra_quota_key, pool_class_name
+from e2e.controlplane import ApiError, ControlPlane
+from offline.program import ProgramRun, run_program
+from tests.real.conftest import TENANT, bind_tenants, eventually, seed
+from tests.real.harness import denial, rule_in
+from tests.support.routes import CLAIM_BENIGN, CLAIM_ROUTES, NIC_CLASS, claim, exactly
+from tests.support.routes import GPU_CLASS as ROUTES_GPU_CLASS
+from tests.support.stacks import CLUSTER
+
+DRIVER_IDENTITY = "dra-driver"
+POOL = "shared"
+GPU_CLASS = pool_class_name(POOL)
+# Two nodes of one pool; each has two exposed and two hidden GPUs, the second node's listed first in its slice.
+NODES = {
+    "gpu-node-01": (
+        ["GPU-0e0e0e0e-0101-4101-8101-010101010101", "GPU-0e0e0e0e-0202-4202-8202-020202020202"],
+        ["GPU-4d4d4d4d-0101-4101-8101-010101010101", "GPU-4d4d4d4d-0202-4202-8202-020202020202"],
+    ),
+    "gpu-node-02": (
+        ["GPU-0e0e0e0e-0303-4303-8303-030303030303", "GPU-0e0e0e0e-0404-4404-8404-040404040404"],
+        ["GPU-4d4d4d4d-0303-4303-8303-030303030303", "GPU-4d4d4d4d-0404-4404-8404-040404040404"],
+    ),
+}
+EXPOSED = {uuid for exposed, _ in NODES.values() for uuid in exposed}
+HIDDEN = {uuid for _, hidden in NODES.values() for uuid in hidden}
+CLAIMS = 12  # three times the exposed GPUs, created at once
+QUOTA = CLAIMS  # the quota admits every claim: the allocator alone decides
+RESOURCE = "/apis/resource.k8s.io/v1"
+# A namespace the platform opened to DRA admin access (kubernetes v1.36.3 pkg/registry/resource/utils.go:41-75
+# refuses adminAccess elsewhere): the tenant's `edit` there, and the guard the only thing judging its claims.
+ADMIN_ACCESS_NS = "ml-admin"
+ADMIN_ACCESS_LABEL = {"resource.kubernetes.io/admin-access": "true"}
+
+
+def stack_config() -> dict[str, Any]:
+    return {
+        **CLUSTER,
+        "hidden-gpu:nodes": [
+            {"name": name, "pool": POOL, "exposedGpus": exposed, "hiddenGpus": hidden}
+            for name, (exposed, hidden) in NODES.items()
+        ],
+        "hidden-gpu:quotas": {TENANT: QUOTA, "ml-training": 1},
+        "hidden-gpu:dra": {},
+        "hidden-gpu:guard": {"allowedDeviceClasses": [NIC_CLASS]},
+    }
+
+
+def resource_slice(node: str) -> dict[str, Any]:
+    """What NVIDIA's kubelet plugin publishes for a node: every GPU NVML sees, hidden ones included (it has no
+    per-UUID filter: cmd/gpu-kubelet-plugin/nvlib.go), hidden first here so a first-fit allocator meets them first."""
+    exposed, hidden = NODES[node]
+    devices = [
+        {"name": f"gpu-{minor}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": uuid}}}
+        for minor, uuid in enumerate([*hidden, *exposed])
+    ]
+    devices.append({"name": "nic-0", "attributes": {"type": {"string": "nic"}}})  # no uuid: never selected
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{NVIDIA_DRA_DRIVER}"},
+        "spec": {
+            "driver": NVIDIA_DRA_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def plane(bin_dir: Path) -> Iterator[ControlPlane]:
+    with ControlPlane.start(bin_dir, identities={DRIVER_IDENTITY: ["hidden-gpu:dra-drivers"]}) as started:
+        seed(started)
+        started.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": ADMIN_ACCESS_NS, "labels": ADMIN_ACCESS_LABEL},
+            }
+        )
+        bind_tenants(started, ADMIN_ACCESS_NS, "edit")
+        started.request(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            {
+                "metadata": {"name": "dra-driver"},
+                "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["*"]}],
+            },
+        )
+        started.request(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            {
+                "metadata": {"name": "dra-driver"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "dra-driver"},
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:dra-drivers"}
+                ],
+            },
+        )
+        yield started
+
+
+@pytest.fixture(scope="module")
+def stack(plane: ControlPlane) -> ProgramRun:
+    """The stack's objects as `up` leaves them (server-side applied), the driver's slices, and NVIDIA's own class
+    (as its chart creates it) beside the stack's: tenants must not reach it."""
+    run = run_program(stack_config(), "dra")
+    wanted = {Token.DEVICE_CLASS, Token.ADMISSION_POLICY, Token.ADMISSION_BINDING, Token.RESOURCE_QUOTA}
+    for resource in run.kubernetes_objects:
+        if resource.type in wanted:
+            plane.apply(resource.inputs)
+    plane.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": NVIDIA_DRA_DRIVER},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{NVIDIA_DRA_DRIVER}'"}}]},
+        }
+    )
+    for node in NODES:
+        plane.apply(resource_slice(node), identity=DRIVER_IDENTITY, manager="dra-driver")
+    probe = CLAIM_ROUTES["nvidia-gpu-class"][0]
+    eventually(lambda: "hidden-gpu guard" in (denial(plane, probe) or ""), what="the claims policy in force")
+    return run
+
+
+def test_the_claims_policy_type_checks_without_a_warning(plane: ControlPlane, stack: ProgramRun) -> None:
+    def checked() -> dict[str, Any] | None:
+        policy: dict[str, Any] = plane.request(
+            "GET", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{CLAIMS_POLICY_NAME}"
+        )
+        status = policy.get("status", {})
+        return policy if status.get("observedGeneration") == policy["metadata"]["generation"] else None
+
+    status = eventually(checked, what="type-checked")["status"]
+    assert status.get("typeChecking", {}).get("expressionWarnings") in (None, []), status
+
+
+@pytest.mark.parametrize("route", CLAIM_ROUTES, ids=list(CLAIM_ROUTES))
+def test_every_claim_route_is_denied_by_the_api_server(plane: ControlPlane, stack: ProgramRun, route: str) -> None:
+    obj, rule = CLAIM_ROUTES[route]
+    # The routes name the class of gpu-node-01 outside a pool; this stack's class is the pool's.
+    message = denial(plane, retarget(obj), namespace=ADMIN_ACCESS_NS)
+    assert rule_in(message) == (rule if isinstance(rule, str) else rule[0])
+
+
+@pytest.mark.parametrize("name", CLAIM_BENIGN, ids=list(CLAIM_BENIGN))
+def test_claims_tenants_need_are_admitted_by_the_api_server(plane: ControlPlane, stack: ProgramRun, name: str) -> None:
+    assert denial(plane, retarget(CLAIM_BENIGN[name])) is None
+
+
+def retarget(obj: dict[str, Any]) -> dict[str, Any]:
+    """The route with tests/support/routes.py's GPU class (gpu-node-01's own) replaced by this stack's pool class."""
+    return dict(json.loads(json.dumps(obj).replace(f'"{ROUTES_GPU_CLASS}"', f'"{GPU_CLASS}"')))
+
+
+def allocated(plane: ControlPlane, name: str) -> list[str] | None:
+    """The UUIDs of the devices the scheduler allocated to this claim, None while unallocated."""
+    found = plane.request("GET", f"{RESOURCE}/namespaces/{TENANT}/resourceclaims/{name}")
+    allocation = (found.get("status") or {}).get("allocation")
+    if not allocation:
+        return None
+    uuids = {
+        f"{node}/gpu-{minor}": uuid
+        for node, (exposed, hidden) in NODES.items()
+        for minor, uuid in enumerate([*hidden, *exposed])
+    }
+    results = allocation["devices"]["results"]
+    return [uuids.get(f"{r['pool']}/{r['device']}", f"<{r['pool']}/{r['device']}>") for r in results]
+
+
+def test_many_claims_at_once_get_exposed_gpus_only(plane: ControlPlane, stack: ProgramRun) -> None:
+    """Twelve tenant pods, each with its own claim of one GPU from the pool's class, created at once: the
+    scheduler's allocator gives out each exposed GPU once and no hidden one, however it orders them; the rest wait."""
+
+    def create(index: int) -> None:
+        name = f"load-{index}"
+        body = claim(exactly(GPU_CLASS))
+        body["metadata"] = {"name": name, "namespace": TENANT}
+        plane.create(body, identity="tenant")
+        plane.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": TENANT},
+                "spec": {
+                    "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                },
+            },
+            identity="tenant",
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(create, range(CLAIMS)))
+
+    def settled() -> dict[str, list[str] | None] | None:
+        result = {f"load-{i}": allocated(plane, f"load-{i}") for i in range(CLAIMS)}
+        done = sum(1 for uuids in result.values() if uuids)
+        return result if done == len(EXPOSED) else None
+
+    result = eventually(settled, seconds=90, what="every exposed GPU allocated")
+    handed_out = [uuid for uuids in result.values() if uuids for uuid in uuids]
+    assert sorted(handed_out) == sorted(EXPOSED), result
+    assert not HIDDEN & set(handed_out)
+    # The rest stay unallocated: nothing else the class selects is left.
+    pods = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods")["items"]
+    bound = [p for p in pods if p["metadata"]["name"].startswith("load-") and p["spec"].get("nodeName")]
+    assert len(bound) == len(EXPOSED)
+
+
+def test_the_quota_caps_claims_from_the_gpu_class(plane: ControlPlane, stack: ProgramRun) -> None:
+    """ml-training may hold one device of the class: a second claim is refused by quota admission."""
+    quota = plane.request("GET", "/api/v1/namespaces/ml-training/resourcequotas/hidden-gpu-quota")
+    assert quota["spec"]["hard"][dra_quota_key(GPU_CLASS)] == "1"
+
+    def create(name: str) -> str | None:
+        body = claim(exactly(GPU_CLASS))
+        body["metadata"] = {"name": name, "namespace": "ml-training"}
+        try:
+            plane.create(body, identity="tenant")
+        except ApiError as error:
+            return error.message
+        return None
+
+    eventually(
+        lambda: plane.request("GET", "/api/v1/namespaces/ml-training/resourcequotas/hidden-gpu-quota").get("status"),
+        what="the quota counted",
+    )
+    assert create("first") is None
+    refused = create("second")
+    assert refused is not None and "exceeded quota" in refused and dra_quota_key(GPU_CLASS) in refused, refused
+
+
+def test_no_hidden_uuid_is_in_any_object_the_stack_writes(stack: ProgramRun) -> None:
+    text = str([r.inputs for r in stack.kubernetes_objects])
+    assert not [uuid for uuid in HIDDEN if uuid in text]
+    assert all(uuid in text for uuid in EXPOSED)
