@@ -124,21 +124,21 @@ def test_a_label_exempts_a_namespace_on_the_real_api_server(plane: ControlPlane,
             "hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor"], "exemptNamespaceLabels": TRUSTED, "addVoid": True}
         )
     )
+    probe = ROUTES["host-pid"][0]
+    # The void policy: a sidecar without a request gets `void` in a tenant's namespace (once the policy is
+    # loaded) and is left alone in the trusted one.
+    sidecar = pod(container(gpus="1"), container("sidecar"), runtimeClassName=OURS)
+
+    def sidecar_env(namespace: str) -> list[Any]:
+        answer = plane.create(with_namespace(sidecar, namespace), identity="admin", dry_run=True)
+        return list(answer["spec"]["containers"][1].get("env", []))
+
     run = apply_guard(plane, config)
     try:
-        probe = ROUTES["host-pid"][0]
         # The policy plugin picks up the changed selector from its informer: the exemption holds once it has.
         eventually(lambda: denial(plane, probe, namespace="cni-trusted", identity="admin") is None, what="exemption")
         assert rule_in(denial(plane, probe, namespace="cni-lookalike", identity="admin")) == "host-namespaces"
         assert rule_in(denial(plane, probe, namespace=TENANT, identity="admin")) == "host-namespaces"
-        # The void policy: a sidecar without a request gets `void` in a tenant's namespace (once the policy is
-        # loaded) and is left alone in the trusted one.
-        sidecar = pod(container(gpus="1"), container("sidecar"), runtimeClassName=OURS)
-
-        def sidecar_env(namespace: str) -> list[Any]:
-            answer = plane.create(with_namespace(sidecar, namespace), identity="admin", dry_run=True)
-            return list(answer["spec"]["containers"][1].get("env", []))
-
         eventually(lambda: sidecar_env(TENANT), what="void in force")
         assert sidecar_env("cni-trusted") == []
     finally:
@@ -146,6 +146,9 @@ def test_a_label_exempts_a_namespace_on_the_real_api_server(plane: ControlPlane,
             if obj["kind"].startswith("Mutating"):
                 plane.request("DELETE", plane.path(obj))
         apply_guard(plane, changed(lambda c: c.__setitem__("hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor"]})))
+        # The next tests need the module's guard as it was: no void added, no namespace selector.
+        eventually(lambda: not sidecar_env(TENANT), what="void gone")
+        eventually(lambda: denial(plane, probe, namespace="cni-trusted", identity="admin"), what="exemption gone")
 
 
 def created(plane: ControlPlane, obj: dict[str, Any], name: str) -> dict[str, Any]:
