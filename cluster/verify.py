@@ -10,7 +10,9 @@ stack's exposed UUIDs, in order, and no other stack's record lists the node or i
 the stack's own record, the RuntimeClasses (and no class the guard takes as plain with an NVIDIA
 handler), both admission policies field by field (failure policy, matches, exemptions, variables,
 rules), their bindings (the stack's mode, every namespace), the void policy if
-`guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them.
+`guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them. DRA
+(cluster/dra.py): no DeviceClass maps an NVIDIA resource name, the stack's DeviceClasses and their quotas are as
+declared, and no ResourceSlice of a stack's node lists a hidden GPU a class tenants may use selects.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
 --kubeconfig say otherwise. Exit 1 on any mismatch, 2 on an invalid stack or kubeconfig, 3 when the
 API server cannot be reached, refuses, or answers something malformed, 4 on an internal error.
@@ -25,9 +27,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
 from common.names import (
+    DRA_GROUP,
+    DRA_VERSION,
     GPU_QUOTA_KEY,
     GPU_RESOURCE,
     INSTANCE_LABEL,
@@ -59,6 +64,7 @@ from stack_config import NodeConfig, StackConfig, parse_project_config, read_sta
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+RESOURCE = f"/apis/{DRA_GROUP}/{DRA_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class Live:
     mutating_bindings: dict[str, dict[str, Any]]
     # Every stack's record in this cluster, whatever its namespace.
     records: list[Claim]
+    # Every DeviceClass and ResourceSlice (resource.k8s.io/v1, GA since Kubernetes 1.34): cluster/dra.py.
+    device_classes: dict[str, dict[str, Any]]
+    resource_slices: list[dict[str, Any]]
 
     @classmethod
     def read(cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False) -> Live:
@@ -114,6 +123,8 @@ class Live:
                 by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicybindings", OURS)) if mutating else {}
             ),
             records=[Claim.of(c) for c in reader.list("/api/v1/configmaps", STACK_LABEL)],
+            device_classes=by_name(reader.list(f"{RESOURCE}/deviceclasses")),
+            resource_slices=reader.list(f"{RESOURCE}/resourceslices"),
         )
 
 
@@ -288,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         live = Live.read(reader, stack.device_plugin.namespace, mutating=stack.guard.add_void)
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
+        checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices, live.quotas)]
         failed = [c for c in checks if not c.ok]
         if args.json:
             payload = {"checks": [asdict(c) | {"ok": c.ok} for c in checks], "mismatches": len(failed)}

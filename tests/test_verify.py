@@ -94,7 +94,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 53 checks, 8 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 56 checks, 10 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,7 +149,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 55 checks, 10 API requests")
+    assert out.strip().endswith("in 58 checks, 12 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -163,7 +163,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(tmp_path, healthy(PROD_CONFIG), capsys, "--json")
     report = json.loads(out)
-    assert status == EXIT_OK and report["mismatches"] == 0 and report["requests"] == 8
+    assert status == EXIT_OK and report["mismatches"] == 0 and report["requests"] == 10
     assert all(c["ok"] for c in report["checks"])
 
 
@@ -187,7 +187,7 @@ def test_throttling_and_server_errors_are_retried(tmp_path: Path, capsys: pytest
     cluster.faults = [429, 503]
     status, out, _ = run(tmp_path, cluster, capsys)
     assert status == EXIT_OK, out
-    assert len(cluster.requests) == 10
+    assert len(cluster.requests) == 12
 
 
 def test_a_server_that_keeps_failing_is_unavailable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -335,3 +335,58 @@ def test_every_safety_field_of_the_live_guard_is_compared(
     status, out, _ = run(tmp_path, cluster, capsys)
     assert status == EXIT_FINDING, out
     assert [row[3] for row in mismatches(out)] == [check], out
+
+
+DRA_CONFIG = {
+    **PROD_CONFIG,
+    "hidden-gpu:dra": {},
+    "hidden-gpu:guard": {**PROD_CONFIG.get("hidden-gpu:guard", {}), "allowedDeviceClasses": ["nic.example.com"]},
+}
+
+
+def dra_cluster() -> Cluster:
+    """prod with hidden-gpu:dra as `up` leaves it, and NVIDIA's kubelet plugin's slice for gpu-node-01: every GPU."""
+    cluster = healthy(DRA_CONFIG, stack="prod")
+    for resource in run_program(DRA_CONFIG, "prod").of_type(Token.DEVICE_CLASS):
+        cluster.device_classes.append(copy.deepcopy(resource.inputs))
+    first = parse_project_config(DRA_CONFIG).nodes[0]
+    devices = [
+        {"name": f"gpu-{minor}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": uuid}}}
+        for minor, uuid in enumerate([*first.exposed_gpus, *first.hidden_gpus])
+    ]
+    cluster.resource_slices.append(
+        {"metadata": {"name": "s"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": first.name, "devices": devices}}
+    )
+    return cluster
+
+
+def device_class(name: str, expression: str | None = None, extended: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]} if expression else {}
+    return {"metadata": {"name": name}, "spec": spec | ({"extendedResourceName": extended} if extended else {})}
+
+
+def test_dra_stack_healthy_with_the_drivers_slice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The slice lists gpu-node-01's hidden GPUs, but no class tenants may use selects them: the stack's own
+    select exposed UUIDs only, and the allowed NIC class another driver's devices."""
+    cluster = dra_cluster()
+    cluster.device_classes.append(device_class("nic.example.com", "device.driver == 'nic.example.com'"))
+    status, out, _ = run(tmp_path, cluster, capsys, stack=str(write_stack(tmp_path, DRA_CONFIG, "prod")))
+    assert status == EXIT_OK, out
+    assert "DeviceClass hidden-gpu-pool-shared" in out and "ResourceQuota hidden-gpu-pool-shared." in out
+
+
+def test_dra_findings_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NVIDIA's class mapping nvidia.com/gpu; an allowed class that selects every device (a hidden GPU among
+    them); one whose selector cannot be evaluated here (fail closed); the stack's own class gone."""
+    cluster = dra_cluster()
+    cluster.device_classes.append(device_class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com'", "nvidia.com/gpu"))
+    cluster.device_classes.append(device_class("nic.example.com", "quantity('1') == quantity('1')"))
+    cluster.device_classes = [c for c in cluster.device_classes if c["metadata"]["name"] != "hidden-gpu-pool-shared"]
+    config = {**DRA_CONFIG, "hidden-gpu:guard": {"allowedDeviceClasses": ["nic.example.com"]}}
+    status, out, _ = run(tmp_path, cluster, capsys, stack=str(write_stack(tmp_path, config, "prod")))
+    assert status == EXIT_FINDING
+    text = "\n".join(line for line in out.splitlines() if line.endswith("MISMATCH"))
+    assert "gpu.nvidia.com->nvidia.com/gpu" in text
+    assert "DeviceClass hidden-gpu-pool-shared" in text and "<missing>" in text
+    hidden = parse_project_config(config).nodes[0].hidden_gpus
+    assert f"{hidden[0]} by nic.example.com (selector not evaluable here)" in text

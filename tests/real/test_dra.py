@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from cluster import verify
 from common.names import CLAIMS_POLICY_NAME, NVIDIA_DRA_DRIVER, Token, dra_quota_key, pool_class_name
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
@@ -25,7 +26,7 @@ from tests.real.conftest import TENANT, bind_tenants, eventually, seed
 from tests.real.harness import denial, rule_in
 from tests.support.routes import CLAIM_BENIGN, CLAIM_ROUTES, NIC_CLASS, claim, exactly
 from tests.support.routes import GPU_CLASS as ROUTES_GPU_CLASS
-from tests.support.stacks import CLUSTER
+from tests.support.stacks import CLUSTER, write_stack
 
 DRIVER_IDENTITY = "dra-driver"
 POOL = "shared"
@@ -257,3 +258,42 @@ def test_no_hidden_uuid_is_in_any_object_the_stack_writes(stack: ProgramRun) -> 
     text = str([r.inputs for r in stack.kubernetes_objects])
     assert not [uuid for uuid in HIDDEN if uuid in text]
     assert all(uuid in text for uuid in EXPOSED)
+
+
+def test_verify_reads_the_drivers_slices_and_classes(
+    plane: ControlPlane, stack: ProgramRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cluster.verify against this API server: the stack's classes as declared, no hidden GPU a tenant class
+    selects; then NVIDIA's class mapping nvidia.com/gpu through DRA (as its chart does on resource.k8s.io/v1) and an
+    allowed class selecting every device are each named."""
+    config = {
+        **stack_config(),
+        "kubernetes:kubeconfig": str(plane.kubeconfig("admin")),
+        "kubernetes:context": "admin@e2e",
+    }
+
+    def dra_rows() -> dict[str, dict[str, Any]]:
+        verify.main(["--stack-file", str(write_stack(tmp_path, config, "dra")), "--json", "--deadline", "30"])
+        checks = json.loads(capsys.readouterr().out)["checks"]
+        return {
+            f"{c['scope']} {c['what']}": c for c in checks if "DeviceClass" in c["what"] or "deviceclass" in c["what"]
+        }
+
+    rows = dra_rows()
+    assert rows[f"cluster DeviceClass {GPU_CLASS}"]["ok"]
+    assert all(rows[f"{node} hidden GPUs a tenant DeviceClass selects"]["ok"] for node in NODES)
+    assert rows[f"{TENANT} ResourceQuota {dra_quota_key(GPU_CLASS)}"]["ok"]
+    plane.request(
+        "PATCH",
+        f"{RESOURCE}/deviceclasses/{NVIDIA_DRA_DRIVER}",
+        {"spec": {"extendedResourceName": "nvidia.com/gpu"}},
+        content_type="application/merge-patch+json",
+    )
+    plane.apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": NIC_CLASS}})
+    try:
+        rows = dra_rows()
+        assert rows["cluster DeviceClasses mapping an NVIDIA resource"]["actual"] == "gpu.nvidia.com->nvidia.com/gpu"
+        reached = rows["gpu-node-01 hidden GPUs a tenant DeviceClass selects"]["actual"]
+        assert all(f"{uuid} by {NIC_CLASS}" in reached for uuid in NODES["gpu-node-01"][1]), reached
+    finally:
+        plane.request("DELETE", f"{RESOURCE}/deviceclasses/{NIC_CLASS}")

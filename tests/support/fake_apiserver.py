@@ -32,6 +32,8 @@ COLLECTIONS = {
     f"{ADMISSION}/validatingadmissionpolicybindings": "bindings",
     f"{ADMISSION}/mutatingadmissionpolicies": "mutating_policies",
     f"{ADMISSION}/mutatingadmissionpolicybindings": "mutating_bindings",
+    "apis/resource.k8s.io/v1/deviceclasses": "device_classes",
+    "apis/resource.k8s.io/v1/resourceslices": "resource_slices",
 }
 
 
@@ -46,6 +48,8 @@ class Cluster:
     bindings: list[dict[str, Any]] = field(default_factory=list)
     mutating_policies: list[dict[str, Any]] = field(default_factory=list)
     mutating_bindings: list[dict[str, Any]] = field(default_factory=list)
+    device_classes: list[dict[str, Any]] = field(default_factory=list)
+    resource_slices: list[dict[str, Any]] = field(default_factory=list)
     # (method, path with query, content type) of every request.
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     # Answers for the next requests, in order: a status code, or "malformed".

@@ -1,0 +1,123 @@
+"""What cluster.verify checks of Dynamic Resource Allocation: plain functions over the listed DeviceClasses and
+ResourceSlices, each finding as (scope, check, expected, actual).
+
+- No DeviceClass maps an NVIDIA resource name (`nvidia.com/gpu`, `.shared`, `mig-...`) through
+  `extendedResourceName`: the scheduler would then place plain `nvidia.com/gpu` pods through DRA, from whatever the
+  class selects, on nodes whose pinned plugin advertises fewer (NVIDIA's chart sets it on its `gpu.nvidia.com` class
+  with resource.k8s.io/v1: deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml:7-14).
+- With hidden-gpu:dra, the stack's classes exist with the declared selector, and each quota caps them.
+- No ResourceSlice of a stack's node lists a hidden GPU that a class tenants may use would select. A class's CEL
+  selectors are evaluated here as the allocator would, over the device's attributes; a selector this evaluator
+  cannot run (a DRA-only function such as `quantity` or `semver`) counts as selecting: fail closed, named.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import cel
+
+from common.names import DRA_UUID_ATTRIBUTE, NVIDIA_RESOURCE_PATTERN, QUOTA_NAME, dra_quota_key
+from components.device_classes import device_selector
+from components.node_labels import gpu_device_classes
+from stack_config import StackConfig
+
+Finding = tuple[str, str, str, str]
+# The domains a selector reads: an unknown one reads as an empty map in the allocator, so it is provided empty.
+_DOMAIN = re.compile(r"device\.(?:attributes|capacity)\[\s*['\"]([^'\"]+)['\"]\s*\]")
+_VALUE_KINDS = ("string", "int", "bool", "version")
+
+
+def _selectors(device_class: dict[str, Any]) -> list[str]:
+    return [
+        str((s.get("cel") or {}).get("expression", "false"))
+        for s in (device_class.get("spec") or {}).get("selectors") or []
+    ]
+
+
+def _device_input(driver: str, device: dict[str, Any], expressions: list[str]) -> dict[str, Any]:
+    """The `device` a selector sees: attributes and capacities by domain (an unqualified name is the driver's)."""
+    domains: dict[str, dict[str, dict[str, Any]]] = {"attributes": {}, "capacity": {}}
+    for expression in expressions:
+        for domain in _DOMAIN.findall(expression):
+            domains["attributes"].setdefault(domain, {})
+            domains["capacity"].setdefault(domain, {})
+    for name, value in (device.get("attributes") or {}).items():
+        domain, _, short = name.rpartition("/")
+        typed = next((value[kind] for kind in _VALUE_KINDS if isinstance(value, dict) and kind in value), None)
+        domains["attributes"].setdefault(domain or driver, {})[short] = typed
+    for name, value in (device.get("capacity") or {}).items():
+        domain, _, short = name.rpartition("/")
+        domains["capacity"].setdefault(domain or driver, {})[short] = (value or {}).get("value")
+    return {"device": {"driver": driver, **domains}}
+
+
+def selects(device_class: dict[str, Any], driver: str, device: dict[str, Any]) -> bool | None:
+    """Whether every selector of the class admits the device; None when one cannot be evaluated here."""
+    expressions = _selectors(device_class)
+    context = _device_input(driver, device, expressions)
+    for expression in expressions:
+        try:
+            verdict = cel.compile(expression).execute(context)
+        except Exception:
+            return None
+        if verdict is not True:
+            return False
+    return True
+
+
+def uuid_of(driver: str, device: dict[str, Any]) -> str | None:
+    attributes = device.get("attributes") or {}
+    value = attributes.get(DRA_UUID_ATTRIBUTE) or attributes.get(f"{driver}/{DRA_UUID_ATTRIBUTE}") or {}
+    found = value.get("string") if isinstance(value, dict) else None
+    return found if isinstance(found, str) else None
+
+
+def check_dra(
+    stack: StackConfig,
+    classes: dict[str, dict[str, Any]],
+    slices: list[dict[str, Any]],
+    quotas: dict[tuple[str, str], dict[str, Any]],
+) -> Iterator[Finding]:
+    mapped = sorted(
+        f"{name}->{resource}"
+        for name, found in classes.items()
+        if re.search(
+            NVIDIA_RESOURCE_PATTERN, resource := str((found.get("spec") or {}).get("extendedResourceName", ""))
+        )
+    )
+    yield "cluster", "DeviceClasses mapping an NVIDIA resource", "none", ",".join(mapped) or "none"
+    ours = gpu_device_classes(stack)
+    if stack.dra is not None:
+        for name, uuids in sorted(ours.items()):
+            found = classes.get(name)
+            declared = [device_selector(stack.dra.driver, uuids)]
+            actual = "<missing>" if found is None else ("as declared" if _selectors(found) == declared else "differs")
+            yield "cluster", f"DeviceClass {name}", "as declared", actual
+        for namespace, limit in sorted(stack.quotas.items()):
+            hard = ((quotas.get((namespace, QUOTA_NAME)) or {}).get("spec") or {}).get("hard") or {}
+            for name in sorted(ours):
+                key = dra_quota_key(name)
+                yield namespace, f"ResourceQuota {key}", str(limit), str(hard.get(key, "<missing>"))
+    tenant_classes = {
+        name: classes[name] for name in sorted({*stack.guard.allowed_device_classes, *ours}) if name in classes
+    }
+    for node in stack.nodes:
+        hidden = set(node.hidden_gpus)
+        reached = []
+        for found in slices:
+            spec = found.get("spec") or {}
+            if spec.get("nodeName") != node.name:
+                continue
+            driver = str(spec.get("driver", ""))
+            for device in spec.get("devices") or []:
+                uuid = uuid_of(driver, device)
+                if uuid not in hidden:
+                    continue
+                for name, device_class in tenant_classes.items():
+                    verdict = selects(device_class, driver, device)
+                    if verdict is not False:
+                        reached.append(f"{uuid} by {name}" + ("" if verdict else " (selector not evaluable here)"))
+        yield node.name, "hidden GPUs a tenant DeviceClass selects", "none", "; ".join(sorted(reached)) or "none"
