@@ -20,8 +20,7 @@ from typing import Any
 import cel
 
 from common.names import DRA_UUID_ATTRIBUTE, NVIDIA_RESOURCE_PATTERN, QUOTA_NAME, dra_quota_key
-from components.device_classes import device_selector
-from components.node_labels import gpu_device_classes
+from components.node_labels import device_selector, gpu_device_classes
 from stack_config import StackConfig
 
 Finding = tuple[str, str, str, str]

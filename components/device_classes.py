@@ -2,13 +2,13 @@
 per node outside a pool) that selects only the GPUs the stack exposes there."""
 
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
-import json
 from typing import TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import DRA_UUID_ATTRIBUTE, PART_OF, PART_OF_LABEL, Token
+from common.names import PART_OF, PART_OF_LABEL, Token
+from components.node_labels import device_selector
 from stack_config.errors import validated
 from stack_config.models import DeviceUuid, ObjectName
 
@@ -20,17 +20,6 @@ class GpuDeviceClassesArgs(TypedDict):
     """The DRA driver that publishes the GPUs (NVIDIA's: `gpu.nvidia.com`)."""
     classes: dict[str, list[str]]
     """DeviceClass name -> the exposed UUIDs it selects."""
-
-
-def device_selector(driver: str, uuids: list[str]) -> str:
-    """CEL: one of this driver's devices whose UUID attribute is listed. An unknown attribute domain reads as an
-    empty map, but an absent attribute is an error that aborts the allocation (resource.k8s.io/v1
-    CELDeviceSelector), so the attribute's presence is tested first: a device without one is not selected."""
-    attributes = f"device.attributes[{json.dumps(driver)}]"
-    return (
-        f"device.driver == {json.dumps(driver)} && {json.dumps(DRA_UUID_ATTRIBUTE)} in {attributes}"
-        f" && {attributes}.{DRA_UUID_ATTRIBUTE} in {json.dumps(uuids)}"
-    )
 
 
 class GpuDeviceClasses(pulumi.ComponentResource):

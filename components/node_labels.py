@@ -1,10 +1,13 @@
-"""What a hidden node is labelled with, and the RuntimeClass its pods name: plain data, no Pulumi
-(cluster.verify checks the live node against it)."""
+"""What a hidden node is labelled with, the RuntimeClass its pods name and, with hidden-gpu:dra, the DeviceClass
+they claim from: plain data, no Pulumi (cluster.verify checks the live cluster against it)."""
 
 from __future__ import annotations
 
+import json
+
 from common.names import (
     DEVICE_PLUGIN_LABEL,
+    DRA_UUID_ATTRIBUTE,
     NODE_LABEL,
     OPERAND_LABELS,
     POOL_LABEL,
@@ -31,6 +34,17 @@ def gpu_device_classes(stack: StackConfig) -> dict[str, list[str]]:
             if node.exposed_gpus:
                 classes.setdefault(runtime_class_of(node)[0], []).extend(node.exposed_gpus)
     return classes
+
+
+def device_selector(driver: str, uuids: list[str]) -> str:
+    """CEL: one of this driver's devices whose UUID attribute is listed. An unknown attribute domain reads as an
+    empty map, but an absent attribute is an error that aborts the allocation (resource.k8s.io/v1
+    CELDeviceSelector), so the attribute's presence is tested first: a device without one is not selected."""
+    attributes = f"device.attributes[{json.dumps(driver)}]"
+    return (
+        f"device.driver == {json.dumps(driver)} && {json.dumps(DRA_UUID_ATTRIBUTE)} in {attributes}"
+        f" && {attributes}.{DRA_UUID_ATTRIBUTE} in {json.dumps(uuids)}"
+    )
 
 
 def node_labels(node: NodeConfig) -> dict[str, str]:
