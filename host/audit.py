@@ -5,8 +5,9 @@
         [--watch --interval 60 [--metrics-port 9835] [--textfile DIR/hidden_gpu.prom]]
 
 The kubelet's own view (its PodResources socket) is the truth it checks against: the devices the
-node can allocate must be exactly the stack's exposed ones, and every GPU process of a pod must run
-on a device the kubelet allocated to that pod. Each NVML process is mapped through
+node can allocate must be exactly the stack's exposed ones, every GPU it handed a container through a
+DRA claim (NVIDIA's driver, by minor number) must be an exposed one, and every GPU process of a pod must
+run on a device the kubelet allocated to that pod, by its plugin or by a claim. Each NVML process is mapped through
 <proc-root>/<pid>/cgroup to its pod UID and container id, and those to names through the kubelet's
 log directories. Exit 1 on a violation; warnings do not change the status. Without the socket the
 allocation checks are skipped, said so, and a pod on a hidden GPU is still a violation.
@@ -38,8 +39,8 @@ from common.cli import (
     run,
     stack_file,
 )
-from common.names import Role
-from host.nvml import Gpu, gpu_processes, list_gpus, load_nvml, session
+from common.names import NVIDIA_DRA_DRIVER, Role
+from host.nvml import Gpu, gpu_processes, list_gpus, load_nvml, session, uuids_by_minor
 from host.podresources.client import NodeDevices, SocketAbsentError
 from host.podresources.client import read as read_pod_resources
 from host.report import Report
@@ -58,6 +59,9 @@ CONTAINER_ID = re.compile(r"(?:^|/)(?:(?:cri-containerd|crio|docker|containerd)-
 # DNS names, so they hold no "_".
 POD_LOG_DIR = re.compile(r"([^_]+)_([^_]+)_([0-9a-f-]+)")
 CONTAINER_LOG = re.compile(r"([^_]+)_([^_]+)_(.+)-([0-9a-f]{64})\.log")
+# NVIDIA's DRA driver names a full GPU `gpu-<minor>` in its ResourceSlices (k8s-dra-driver-gpu v0.4.0,
+# cmd/gpu-kubelet-plugin/nvlib.go): the minor number NVML reports.
+DRA_GPU_DEVICE = re.compile(r"gpu-([0-9]+)")
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,8 @@ def audit(sources: Sources, node_name: str, roles: dict[str, Role]) -> Report:
         _check_allocatable(report, kubelet, roles, exposed)
     seen = Seen(exposed, kubelet, Names.read(sources.log_root))
     with session(sources.nvml):
+        if kubelet is not None and kubelet.dra:
+            _check_dra(report, kubelet, uuids_by_minor(sources.nvml), exposed)
         for gpu in list_gpus(sources.nvml):
             _check_gpu(report, sources, gpu, seen)
     return report
@@ -199,6 +205,37 @@ def _check_allocatable(report: Report, kubelet: NodeDevices, roles: dict[str, Ro
             )
     for uuid in sorted(exposed - kubelet.allocatable):
         report.warnings.append({"uuid": uuid, "message": "an exposed GPU is not allocatable (is the plugin running?)"})
+
+
+def _check_dra(report: Report, kubelet: NodeDevices, by_minor: dict[int, str], exposed: set[str]) -> None:
+    """GPUs the kubelet handed containers through DRA claims: each counts as allocated to its pod, and one the
+    stack does not expose is a violation (a claim reached it past the guard's classes). A device of NVIDIA's driver
+    this audit cannot map to a GPU (a MIG slice, a driver that names them otherwise) is a warning."""
+    for found in kubelet.dra:
+        if found.driver != NVIDIA_DRA_DRIVER:
+            continue
+        where = {"claim": found.claim, "device": f"{found.pool}/{found.device}", "holder": str(found.holder)}
+        match = DRA_GPU_DEVICE.fullmatch(found.device)
+        uuid = by_minor.get(int(match.group(1))) if match else None
+        if uuid is None:
+            report.warnings.append(
+                where
+                | {
+                    "message": f"DRA device {found.pool}/{found.device} of claim {found.claim}: not mapped to a "
+                    "GPU by its minor number, not checked"
+                }
+            )
+            continue
+        kubelet.holders.setdefault(uuid, []).append(found.holder)
+        if uuid not in exposed:
+            report.violations.append(
+                where
+                | {
+                    "uuid": uuid,
+                    "message": f"the kubelet gave {found.holder} a hidden GPU through DRA claim {found.claim} "
+                    f"(device {found.pool}/{found.device})",
+                }
+            )
 
 
 def _check_gpu(report: Report, sources: Sources, gpu: Gpu, seen: Seen) -> None:

@@ -132,6 +132,19 @@ def list_gpus(nvml: ModuleType) -> list[Gpu]:
     return gpus
 
 
+def uuids_by_minor(nvml: ModuleType) -> dict[int, str]:
+    """Each GPU's UUID by its device minor number (/dev/nvidia<minor>, and NVIDIA's DRA driver's `gpu-<minor>`);
+    a GPU whose minor NVML cannot tell is left out. Call inside session()."""
+    found = {}
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            found[int(nvml.nvmlDeviceGetMinorNumber(handle))] = _text(nvml.nvmlDeviceGetUUID(handle))
+        except nvml.NVMLError:
+            continue
+    return found
+
+
 def gpu_processes(nvml: ModuleType, index: int) -> list[GpuProcess]:
     """Compute and graphics processes on one GPU, one entry per PID. Call inside session()."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)

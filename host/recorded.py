@@ -32,6 +32,7 @@ class RecordedGpu:
     mig_uuids: list[str | None] | None = None  # None: MIG not supported; a None entry: empty slot
     compute: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, used bytes)
     graphics: list[tuple[int, int | None]] = field(default_factory=list)
+    minor: int | None = None  # the device minor number; None: its index, as on most hosts
 
 
 class _Error(Exception):
@@ -84,6 +85,7 @@ def recorded_nvml(gpus: list[RecordedGpu], init_error: str | None = None) -> typ
         nvmlDeviceGetCount=lambda: len(gpus),
         nvmlDeviceGetHandleByIndex=lambda index: gpus[index],
         nvmlDeviceGetUUID=lambda handle: str(handle.uuid),
+        nvmlDeviceGetMinorNumber=lambda handle: gpus.index(gpu(handle)) if handle.minor is None else handle.minor,
         nvmlDeviceGetName=lambda handle: gpu(handle).name,
         nvmlDeviceGetPciInfo=lambda handle: types.SimpleNamespace(busId=gpu(handle).bus_id.encode()),
         nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(total=gpu(handle).memory_total),

@@ -466,3 +466,42 @@ def test_the_shipped_alerting_rules_name_metrics_the_exporter_writes(
     for alert, expression in alerts.items():
         names = promql_metric_names(expression)
         assert names and names <= written, (alert, names - written)
+
+
+def test_a_gpu_given_through_a_dra_claim_is_checked_by_its_minor_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NVIDIA's DRA driver names GPUs gpu-<minor>. The trainer's claim holds the exposed GPU (minor 0), so its
+    process there is allocated; the notebook's claim holds the hidden one (minor 1): a violation naming the claim,
+    even before any process runs on it. A device not named by a minor is a warning, another driver's is ignored."""
+    kubelet = kubelet_node(tmp_path)
+    kubelet.pods[("ml-team", "trainer")] = {"main": {}}
+    kubelet.claims = {
+        ("ml-team", "trainer"): {"main": [("one-gpu", "gpu.nvidia.com", "gpu-node-01", "gpu-0")]},
+        ("ml-team", "notebook"): {
+            "jupyter": [
+                ("stolen", "gpu.nvidia.com", "gpu-node-01", "gpu-1"),
+                ("sliced", "gpu.nvidia.com", "gpu-node-01", "gpu-1-mig-1g-18gb-0"),
+                ("nic", "nic.example.com", "gpu-node-01", "nic-0"),
+            ]
+        },
+    }
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        status, out = run(tmp_path, [FakeGpu(EXPOSED, compute=[(100, 1)]), FakeGpu(HIDDEN)], capsys)
+    assert status == 1, out
+    violations = [line for line in out.splitlines() if line.startswith("VIOLATION")]
+    assert violations == [
+        f"VIOLATION {HIDDEN}: the kubelet gave pod ml-team/notebook container jupyter a hidden GPU through DRA claim "
+        "ml-team/stolen (device gpu-node-01/gpu-1)"
+    ]
+    assert "DRA device gpu-node-01/gpu-1-mig-1g-18gb-0 of claim ml-team/sliced: not mapped" in out
+    assert "nic-0" not in out
+
+
+def test_dra_devices_follow_the_minor_number_not_the_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Minor numbers need not follow NVML's index order: gpu-0 here is the second GPU, the hidden one."""
+    kubelet = kubelet_node(tmp_path)
+    kubelet.claims = {("ml-team", "notebook"): {"jupyter": [("c", "gpu.nvidia.com", "gpu-node-01", "gpu-0")]}}
+    with serve(tmp_path / "kubelet.sock", kubelet):
+        status, out = run(tmp_path, [FakeGpu(EXPOSED, minor=1), FakeGpu(HIDDEN, minor=0)], capsys)
+    assert status == 1 and f"VIOLATION {HIDDEN}: the kubelet gave pod ml-team/notebook" in out, out

@@ -43,12 +43,24 @@ class Holder:
         return f"pod {self.namespace}/{self.pod} container {self.container}"
 
 
+@dataclass(frozen=True)
+class DraDevice:
+    """A device the kubelet handed a container through a DRA claim, named as its driver's ResourceSlice names it."""
+
+    holder: Holder
+    claim: str  # namespace/name
+    driver: str
+    pool: str
+    device: str
+
+
 @dataclass
 class NodeDevices:
-    """The kubelet's view: allocatable NVIDIA device UUIDs, and who holds which."""
+    """The kubelet's view: allocatable NVIDIA device UUIDs, who holds which, and DRA devices by driver name."""
 
     allocatable: set[str] = field(default_factory=set)
     holders: dict[str, list[Holder]] = field(default_factory=dict)
+    dra: list[DraDevice] = field(default_factory=list)
 
     def allocated_to(self, namespace: str, pod: str) -> set[str]:
         return {
@@ -81,4 +93,9 @@ def read(socket_path: Path, timeout: float = TIMEOUT_SECONDS) -> NodeDevices:
                 if NVIDIA_RESOURCE.fullmatch(entry.resource_name):
                     for device_id in entry.device_ids:
                         devices.holders.setdefault(device_uuid(device_id), []).append(holder)
+            for dynamic in container.dynamic_resources:
+                claim = f"{dynamic.claim_namespace}/{dynamic.claim_name}"
+                devices.dra += [
+                    DraDevice(holder, claim, r.driver_name, r.pool_name, r.device_name) for r in dynamic.claim_resources
+                ]
     return devices

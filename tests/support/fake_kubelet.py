@@ -17,10 +17,12 @@ from host.podresources import api_pb2, api_pb2_grpc
 
 @dataclass
 class Kubelet:
-    """allocatable: resource -> device IDs; pods: (namespace, pod) -> container -> resource -> device IDs."""
+    """allocatable: resource -> device IDs; pods: (namespace, pod) -> container -> resource -> device IDs;
+    claims: (namespace, pod) -> container -> [(claim name, driver, pool, device)] allocated through DRA."""
 
     allocatable: dict[str, list[str]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = field(default_factory=dict)
+    claims: dict[tuple[str, str], dict[str, list[tuple[str, str, str, str]]]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
 
 
@@ -46,6 +48,18 @@ class _Servicer(api_pb2_grpc.PodResourcesListerServicer):
                         name=container,
                         devices=[
                             api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in devices.items()
+                        ],
+                        dynamic_resources=[
+                            api_pb2.DynamicResource(
+                                claim_name=claim,
+                                claim_namespace=namespace,
+                                claim_resources=[
+                                    api_pb2.ClaimResource(driver_name=driver, pool_name=pool, device_name=device)
+                                ],
+                            )
+                            for claim, driver, pool, device in self.state.claims.get((namespace, pod), {}).get(
+                                container, []
+                            )
                         ],
                     )
                     for container, devices in containers.items()
