@@ -8,7 +8,7 @@ SCAN_DIR := render/scan
 STACK ?= dev
 OUT ?= render/$(STACK)
 
-.PHONY: render test test-all e2e gpu-runtime-bin lint scan docs protos clean
+.PHONY: gpu-node render test test-all e2e gpu-runtime-bin lint scan docs protos clean
 
 # What rendering (and `pulumi up`) needs: requirements.txt only, so the first `make render` is quick.
 $(VENV)/.runtime: requirements.txt constraints.txt
@@ -54,6 +54,11 @@ e2e: $(VENV)/.installed
 gpu-runtime-bin: $(VENV)/.installed
 	$(PY) -m e2e.build --gpu-host
 	mkdir -p e2e/.gpu && cp -L e2e/.bin/runc e2e/.bin/nvidia-ctk e2e/.bin/nvidia-container-runtime e2e/.bin/nvidia-cdi-hook e2e/.gpu/
+
+# The GPU host run's carry (e2e/.gpu/node: the node set xz-packed, the render, NVIDIA's plugin from ../shared/bin);
+# then, on the GPU host: python3 -m e2e.gpu_node_run run --out DIR (docs/testing.md, "The GPU host run").
+gpu-node: $(VENV)/.installed
+	$(PY) -m e2e.gpu_node_run prepare
 
 # docs/configuration.md is generated from the config models; make test fails when it is stale.
 docs: $(VENV)/.installed

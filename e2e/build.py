@@ -2,6 +2,7 @@
 
     python -m e2e.build            # builds what is missing, links e2e/.bin/*, prints each group's time
     python -m e2e.build --check    # exit 1 unless every binary is already cached (CI's warm check)
+    python -m e2e.build --gpu-host # only what the GPU host runs, packed into e2e/.gpu/node/ (e2e/gpu_node_run.py)
 
 The versions live in the wrapper modules' go.mod files (e2e/go/<group>/): the module proxy serves them,
 go.sum pins their content. Each group is cached under $HIDDEN_GPU_E2E_CACHE (default
@@ -15,10 +16,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import lzma
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field, fields
@@ -27,6 +30,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 MODULES = HERE / "go"
 LINKS = HERE / ".bin"
+GPU_CARRY = HERE / ".gpu" / "node"
+"""The GPU host run's carry (git-ignored; e2e/.gpu itself holds `make gpu-runtime-bin`'s): the node set packed,
+and what e2e/gpu_node_run.py adds."""
+# The GPU host's programs, in the packed stream's order: like programs side by side, so that LZMA2's dictionary
+# finds what they share (the Go runtime, gRPC, protobuf) once.
+NODESET = (
+    "containerd", "ctr", "containerd-shim-runc-v2", "nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook",
+    "runc", "pause", "hidden-gpu-host",
+)  # fmt: skip
+NODESET_FILE = "nodeset.tar.xz"
 CACHE = Path(os.environ.get("HIDDEN_GPU_E2E_CACHE", Path.home() / ".cache/hidden-gpu/e2e"))
 # The cold build's Go caches take about 6 GB here; refuse to start a build that cannot finish.
 NEEDED_FREE_BYTES = 12 * 2**30
@@ -62,6 +75,10 @@ class Group:
     """Our own code (e2e/go/<group>/**.go), not a dependency's: its files are part of the cache key."""
 
 
+# What the GPU host run needs besides the groups marked gpu_host (that field is part of a group's cache key:
+# marking these would rebuild them); and what only it needs (a plain build, CI's, and --check leave it out).
+GPU_HOST_TOO = ("containerd", "node")
+GPU_HOST_ONLY = ("gpuhost",)
 K = "k8s.io/component-base/version"
 C = "k8s.io/client-go/pkg/version"
 GROUPS = (
@@ -95,6 +112,13 @@ GROUPS = (
     Group("containerd", {n: f"github.com/containerd/containerd/v2/cmd/{n}"
                          for n in ("containerd", "containerd-shim-runc-v2", "ctr")},
           "github.com/containerd/containerd/v2", ("github.com/containerd/containerd/v2/version.Version={v}",)),
+    # The GPU host run (e2e/gpu_node_run.py): etcd and the four Kubernetes programs as one multi-call binary
+    # (e2e/go/gpuhost/main.go), since separately they do not fit the device machine's carry; Kubernetes'
+    # version flags as in the k8s group.
+    Group("gpuhost", {"hidden-gpu-host": "hidden-gpu.test/e2e/gpuhost"}, "k8s.io/kubernetes",
+          tuple(f"{pkg}.{key}={value}" for pkg in (K, C) for key, value in
+                (("gitVersion", "{v}"), ("gitMajor", "{major}"), ("gitMinor", "{minor}"), ("gitTreeState", "clean"))),
+          gpu_host=True, own_source=True),
     # Our own programs for the node tier's images: pause, probe, and the stand-in device plugin.
     Group("node", {n: f"hidden-gpu.test/e2e/node/cmd/{n}" for n in ("pause", "probe", "hidden-gpu-test-plugin")},
           "", own_source=True),
@@ -109,7 +133,7 @@ def go(*args: str, cwd: Path, env: dict[str, str] | None = None, capture: bool =
 
 def module_version(group: Group) -> str:
     """The version go.mod selects for the group's version module, or that of its replacement."""
-    if group.own_source:
+    if not group.version_module:
         return "v0.0.0+source"  # the cache key names the source
     listed = json.loads(go("list", "-m", "-json", group.version_module, cwd=MODULES / group.name))
     return str((listed.get("Replace") or {}).get("Version") or listed["Version"])
@@ -199,10 +223,47 @@ def _provider_workspace(group: Group, src: Path, version: str) -> Path:  # the g
     return src / "go.work"
 
 
+def pack_gpu_host(targets: dict[str, Path], into: Path = GPU_CARRY) -> Path:
+    """NODESET as one tar in one xz stream: the x86 BCJ filter, then LZMA2 at preset 9 with a 256 MiB dictionary
+    (it spans several binaries; unpacking needs that much memory). The device machine carries 64 MiB with the
+    repository and has no `xz`: Python's lzma reads it there. Also `nodeset.json`: each group's version and
+    each program's sha256. Packed again only when a group's cache key changed (the stamp)."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive, stamp = into / NODESET_FILE, into / "nodeset.json"
+    groups = {g.name: targets[g.name] for g in GROUPS if any(n in g.binaries for n in NODESET)}
+    wanted = {name: str(target) for name, target in sorted(groups.items())}
+    if archive.exists() and stamp.exists() and json.loads(stamp.read_text()).get("cache") == wanted:
+        print(f"gpu host: packed {archive} ({archive.stat().st_size / 2**20:.1f} MiB)")
+        return archive
+    started = time.monotonic()
+    where = {name: target / name for target in groups.values() for name in NODESET if (target / name).exists()}
+    filters = [{"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 9, "dict_size": 256 * 2**20}]
+    partial = archive.with_suffix(".partial")
+    with (
+        lzma.open(partial, "wb", format=lzma.FORMAT_XZ, filters=filters) as xz,
+        tarfile.open(fileobj=xz, mode="w") as tar,
+    ):
+        for name in NODESET:
+            info = tar.gettarinfo(str(where[name]), arcname=name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with where[name].open("rb") as handle:
+                tar.addfile(info, handle)
+    os.replace(partial, archive)
+    versions = {name: (target / "VERSION").read_text().split()[1] for name, target in groups.items()}
+    sums = {name: hashlib.sha256(where[name].read_bytes()).hexdigest() for name in NODESET}
+    stamp.write_text(json.dumps({"cache": wanted, "versions": versions, "sha256": sums}, indent=1) + "\n")
+    size = sum(path.stat().st_size for path in where.values())
+    print(f"gpu host: packed {size / 2**20:.1f} MiB into {archive} ({archive.stat().st_size / 2**20:.1f} MiB) "
+          f"in {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
+    return archive
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
-    arguments.add_argument("--gpu-host", action="store_true", help="only the GPU host check's binaries (toolkit, runc)")
+    arguments.add_argument(
+        "--gpu-host", action="store_true", help=f"only the GPU host's binaries, packed into {GPU_CARRY}/{NODESET_FILE}"
+    )
     args = arguments.parse_args(argv)
     if shutil.which("go") is None:
         print("e2e.build: the real tier needs Go 1.26.6 or newer on PATH", file=sys.stderr)
@@ -210,9 +271,13 @@ def main(argv: list[str] | None = None) -> int:
     go_version = go("env", "GOVERSION", cwd=HERE)
     (CACHE / "bin").mkdir(parents=True, exist_ok=True)
     LINKS.mkdir(exist_ok=True)
-    missing = []
-    for group in (g for g in GROUPS if g.gpu_host or not args.gpu_host):
-        target = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
+    missing, targets = [], {}
+    wanted = [
+        g for g in GROUPS
+        if (g.gpu_host or g.name in GPU_HOST_TOO if args.gpu_host else g.name not in GPU_HOST_ONLY)
+    ]  # fmt: skip
+    for group in wanted:
+        target = targets[group.name] = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
         if not target.is_dir():
             missing.append(group.name)
             if args.check:
@@ -244,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check and missing:
         print(f"e2e.build: not cached: {', '.join(missing)}", file=sys.stderr)
         return 1
+    if args.gpu_host and not args.check:
+        pack_gpu_host(targets)
     return 0
 
 
