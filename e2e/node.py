@@ -9,6 +9,10 @@ device nodes and the driver's libraries.
         node.toolkit(Toolkit(envvar_when_unprivileged=False, volume_mounts=True))  # read at each container start
         node.logs("default", "probe")
 
+On a GPU host (e2e/gpu_node_run.py) the same node runs over the host's real CDI spec and other images:
+`cdi` writes the spec into the node's spec directory (`nvidia-ctk cdi generate`) in place of the synthetic one,
+and `own_images` replaces the images imported (NVIDIA's plugin, a pod image that runs nvidia-smi).
+
 Everything lives under one temporary directory, except what the kubelet keeps at fixed paths:
 /var/lib/kubelet/device-plugins (the kubelet's registration socket and its checkpoint, where device plugins
 look whatever --root-dir says), emptied at start and stop. Needs root, Linux, and e2e.build's binaries.
@@ -24,7 +28,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,21 +109,43 @@ class Node:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
+    cdi: Callable[[Path], None] | None = None
+    """Writes the CDI spec(s) into the directory given; None: the synthetic spec of `uuids`."""
+    own_images: Sequence[tuple[images.Image, dict[str, Path]]] | None = None
+    """The images to import (image, its files); None: the node tier's pause, probe and stand-in plugin."""
 
     @classmethod
     @contextmanager
     def start(
-        cls, plane: ControlPlane, bin_dir: Path, name: str, uuids: list[str], toolkit: Toolkit = Toolkit()
+        cls,
+        plane: ControlPlane,
+        bin_dir: Path,
+        name: str,
+        uuids: list[str],
+        toolkit: Toolkit = Toolkit(),
+        *,
+        cdi: Callable[[Path], None] | None = None,
+        own_images: Sequence[tuple[images.Image, dict[str, Path]]] | None = None,
     ) -> Iterator[Node]:
         """A registered, Ready node named `name` (its kubelet authenticates as system:node:<name>, which the plane
-        must know: ControlPlane.start(identities=...)); everything stopped and removed afterwards."""
+        must know: ControlPlane.start(identities=...)); everything stopped and removed afterwards. `cdi` and
+        `own_images`: see the fields."""
         if os.geteuid() != 0:
             raise RuntimeError("the node tier runs containerd and a kubelet: it needs root")
         if (DEVICE_PLUGINS / "kubelet.sock").exists():
             raise RuntimeError(f"{DEVICE_PLUGINS}/kubelet.sock exists: another kubelet runs on this machine")
         root = Path(tempfile.mkdtemp(prefix="hidden-gpu-node-"))
         overlay = "overlay" in Path("/proc/filesystems").read_text()
-        node = cls(name, root, bin_dir, plane, list(uuids), "overlayfs" if overlay else "native")
+        node = cls(
+            name,
+            root,
+            bin_dir,
+            plane,
+            list(uuids),
+            "overlayfs" if overlay else "native",
+            cdi=cdi,
+            own_images=own_images,
+        )
         try:
             node._start(toolkit)
             yield node
@@ -145,6 +171,10 @@ class Node:
         self.timings["ready"] = time.monotonic() - started
 
     def _write_gpus(self) -> None:
+        if self.cdi is not None:
+            (self.root / "cdi").mkdir()
+            self.cdi(self.root / "cdi")
+            return
         files = self.root / "gpus"
         files.mkdir()
         for uuid in self.uuids:
@@ -241,7 +271,7 @@ class Node:
     def _import_images(self) -> None:
         directory = self.root / "images"
         directory.mkdir()
-        for image, files in (
+        for image, files in self.own_images or (
             (images.PAUSE, {"pause": self.bin_dir / "pause"}),
             (images.PROBE, {"probe": self.bin_dir / "probe"}),
             (images.PLUGIN, {"hidden-gpu-test-plugin": self.bin_dir / "hidden-gpu-test-plugin"}),
