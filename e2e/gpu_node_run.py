@@ -118,8 +118,20 @@ def prepare(plugin_xz: Path) -> int:
                     del annotations[key]
                 objects.append(obj)
             rendered[strategy] = sorted(objects, key=lambda o: o["kind"] != "Namespace")
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    changed = subprocess.run([*git, "status", "--porcelain", "--", "e2e", "offline", "components"],
+                             capture_output=True, text=True, check=False).stdout.split("\n")  # fmt: skip
+    source = {"commit": commit, "uncommitted": sorted(line[3:] for line in changed if line.strip())}
     (GPU_CARRY / RENDER_FILE).write_text(
-        json.dumps({"placeholder": PLACEHOLDER, "stacks": {s: stack(s) for s in rendered}, "objects": rendered})
+        json.dumps(
+            {
+                "placeholder": PLACEHOLDER,
+                "source": source,
+                "stacks": {s: stack(s) for s in rendered},
+                "objects": rendered,
+            }
+        )
     )
     data = plugin_xz.read_bytes()
     if hashlib.sha256(data).hexdigest() != PLUGIN_XZ_SHA256:
@@ -507,6 +519,7 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
         "command": "python3 -m e2e.gpu_node_run run --out $OUT" + (" --rehearse" if rehearse else ""),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rehearsal": rehearse,
+        "source": json.loads((carry / RENDER_FILE).read_text()).get("source"),  # what `prepare` ran at
         "timings_s": {},
     }
     timings = result["timings_s"]
