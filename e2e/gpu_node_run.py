@@ -621,7 +621,12 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.gpu_node_run", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m e2e.gpu_node_run",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n")[1],  # the usage lines: each verb's flags
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="verb", required=True)
     prep = sub.add_parser("prepare", help=f"build, pack, render and copy the plugin into {GPU_CARRY}")
     prep.add_argument("--plugin-xz", type=Path, default=SHARED_PLUGIN)
