@@ -150,7 +150,10 @@ def test_our_proto_states_the_kubelets_wire_format() -> None:
     assert sorted(m.name for m in service.methods) == ["Get", "GetAllocatableResources", "List"]
     numbers = {
         "PodResources": {"name": 1, "namespace": 2, "containers": 3},
-        "ContainerResources": {"name": 1, "devices": 2},
+        "ContainerResources": {"name": 1, "devices": 2, "dynamic_resources": 5},
+        "DynamicResource": {"claim_name": 2, "claim_namespace": 3, "claim_resources": 4},
+        "ClaimResource": {"cdi_devices": 1, "driver_name": 2, "pool_name": 3, "device_name": 4, "share_id": 5},
+        "CDIDevice": {"name": 1},
         "ContainerDevices": {"resource_name": 1, "device_ids": 2, "topology": 3},
         "AllocatableResourcesResponse": {"devices": 1},
         "ListPodResourcesResponse": {"pod_resources": 1},
