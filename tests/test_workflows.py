@@ -31,7 +31,7 @@ def load(name: str) -> dict[Any, Any]:
 
 
 def test_the_workflows_are_schema_valid() -> None:
-    assert [p.name for p in WORKFLOWS] == ["drift.yml", "preview.yml", "up-stack.yml", "up.yml"]
+    assert [p.name for p in WORKFLOWS] == ["drift.yml", "preview.yml", "repair.yml", "up-stack.yml", "up.yml"]
     result = validate(*WORKFLOWS)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -223,6 +223,20 @@ def test_up_runs_every_stack_one_at_a_time_in_rollout_order() -> None:
     assert step["with"]["policyPacks"] == "policy"
     verify = up_stack["steps"][-1]
     assert "python -m cluster.verify --stack" in verify["run"]  # a mismatch fails the job, and the rest
+
+
+def test_repair_runs_the_merges_up_on_a_schedule_never_beside_it() -> None:
+    """issue 32, 2: drift repaired within the schedule's period: every stack's up (refresh, verify after, the
+    merge's reusable job), one at a time in rollout order, in the merge's concurrency group."""
+    repair, up = load("repair.yml"), load("up.yml")
+    assert set(repair[True]) == {"schedule", "workflow_dispatch"}
+    assert repair[True]["schedule"] == [{"cron": "*/15 * * * *"}]
+    assert repair["concurrency"] == up["concurrency"] == {"group": "pulumi-up", "cancel-in-progress": False}
+    job = repair["jobs"]["repair"]
+    assert job["uses"] == up["jobs"]["up"]["uses"] and job["with"] == up["jobs"]["up"]["with"]
+    assert job["strategy"]["max-parallel"] == 1 and job["strategy"]["fail-fast"] is True
+    listing = next(s for s in repair["jobs"]["stacks"]["steps"] if s.get("id") == "stacks")
+    assert "python -m offline.fleet --list" in listing["run"]
 
 
 def test_the_listed_order_puts_dev_before_prod(capsys: pytest.CaptureFixture[str]) -> None:
