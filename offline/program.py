@@ -20,6 +20,7 @@ from typing import Any
 
 import pulumi
 
+from common.cli import interrupt_ends_process
 from common.names import PROJECT
 from offline.sdk import MockMonitor, reset_run_state, root_outputs, run_sync
 from stack_config.reviewed import harness_stacks
@@ -284,7 +285,7 @@ def run_callable(
     async def resolve_outputs() -> None:
         run.outputs.update(await _resolved(root_outputs()))
 
-    with _own_event_loops(monitor), _young_collections_only():
+    with interrupt_ends_process(), _own_event_loops(monitor), _young_collections_only():
         # Whatever ran Pulumi before (a `@pulumi.runtime.test`, say) may have left state behind.
         reset_run_state()
         pulumi.runtime.set_mocks(mocks, project=PROJECT, stack=stack, preview=preview, monitor=monitor)
