@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
 
 from common.cli import UnavailableError, UsageError, bounded, captured_log, positive_seconds
 
@@ -76,6 +76,17 @@ class _NotFoundError(UnavailableError):
     """A 404: unavailable to a caller that needs the object, an answer to one that asks with find()."""
 
 
+class UnansweredError(UnavailableError):
+    """A write that was sent and not answered (the connection dropped, the answer never came before the
+    deadline): the API server may have applied it. Only a new read says whether it did."""
+
+
+def _never_sent(error: HTTPError) -> bool:
+    """A connection that was never made: the request cannot have reached the API server."""
+    reason = getattr(error, "reason", None)
+    return any(isinstance(e, (NewConnectionError, ConnectTimeoutError)) for e in (error, reason))
+
+
 @dataclass
 class Reader:
     """GETs against the API server with timeouts, an overall deadline, and retries of 429 and 5xx
@@ -115,14 +126,19 @@ class Reader:
             return _json_object(data, path)
         raise AssertionError("unreachable")
 
-    def apply(self, path: str, body: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
-        """One server-side apply of `body` as `field_manager`, not forced; a refusal is UnavailableError."""
+    def apply(
+        self, path: str, body: Mapping[str, Any], field_manager: str, until: float | None = None
+    ) -> dict[str, Any]:
+        """One server-side apply of `body` as `field_manager`, not forced, answered by `until` (default: the
+        deadline); a refusal is UnavailableError, a request sent and not answered UnansweredError."""
         query = [("fieldManager", field_manager)]
         headers = {"Content-Type": "application/apply-patch+yaml"}
         try:
-            status, reason, data = self._call("PATCH", path, query, dict(body), headers)
+            status, reason, data = self._call("PATCH", path, query, dict(body), headers, until=until)
         except HTTPError as error:
-            raise UnavailableError(f"cannot reach the API server: {bounded(str(error))}") from None
+            if _never_sent(error):
+                raise UnavailableError(f"cannot reach the API server: {bounded(str(error))}") from None
+            raise UnansweredError(f"the API server did not answer PATCH {path}: {bounded(str(error))}") from None
         if status != 200:
             message = _json_object(data, path).get("message", "") if data.startswith(b"{") else ""
             raise UnavailableError(
@@ -140,11 +156,13 @@ class Reader:
         query: list[tuple[str, str]],
         body: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        *,
+        until: float | None = None,
     ) -> tuple[int, str, bytes]:
-        """(status, reason, body) of one request, all of it before the deadline: a server that drips its
-        answer a byte at a time never trips a socket's read timeout, so the whole call runs in a daemon
-        thread that is abandoned at the deadline."""
-        remaining = self.deadline - time.monotonic()
+        """(status, reason, body) of one request, all of it before the deadline (or `until`, when sooner): a
+        server that drips its answer a byte at a time never trips a socket's read timeout, so the whole call
+        runs in a daemon thread that is abandoned at the deadline."""
+        remaining = min(self.deadline, until if until is not None else self.deadline) - time.monotonic()
         if remaining <= 0:
             raise UnavailableError(f"the API server did not answer {method} {path} before the deadline")
         serialized = self.client.param_serialize(
@@ -171,7 +189,8 @@ class Reader:
         worker.start()
         worker.join(remaining)
         if not outcome:
-            raise UnavailableError(f"the API server did not finish answering {method} {path} before the deadline")
+            unanswered = UnansweredError if method != "GET" else UnavailableError
+            raise unanswered(f"the API server did not finish answering {method} {path} before the deadline")
         result = outcome[0]
         if isinstance(result, BaseException):
             raise result

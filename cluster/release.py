@@ -11,6 +11,11 @@ The release is a server-side apply of nothing by `hidden-gpu`: the API server re
 only hidden-gpu owns. A switch another manager also set stays, and is named (exit 1). The operator
 then deploys its own device plugin, which advertises every GPU of the node. Without --yes it only
 says what it would do. Run `python -m host.discover --check` on the node first.
+
+A release sent and not answered (the connection dropped, the answer never came) may have been applied:
+the node is read again, within the deadline (the write keeps part of it for that), and the command says
+which state it is in: released (exit 0, or 1 as above), still hidden (nothing changed, exit 3), or unknown
+(it could not be read, exit 3, with the command that tells).
 """
 
 from __future__ import annotations
@@ -20,14 +25,26 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from cluster.kube import Reader, add_cluster_options, api_client
-from common.cli import EXIT_FINDING, EXIT_OK, UsageError, add_stack_source, parser, run, stack_file
+from cluster.kube import Reader, UnansweredError, add_cluster_options, api_client
+from common.cli import (
+    EXIT_FINDING,
+    EXIT_OK,
+    UnavailableError,
+    UsageError,
+    add_stack_source,
+    parser,
+    run,
+    stack_file,
+)
 from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
 from components.stack_claims import Claim
 from stack_config import parse_project_config, read_stack_file
 
 SWITCHES = (DEVICE_PLUGIN_LABEL, *OPERAND_LABELS.values())
 LABEL_FIELD = "f:"
+# Seconds of the deadline kept, after a write, to read the node again should the write go unanswered (at most a
+# third of what is left).
+REREAD_SECONDS = 10.0
 
 
 def label_owners(node: dict[str, Any]) -> dict[str, set[str]]:
@@ -48,8 +65,9 @@ def _claims(reader: Reader, node: str) -> Iterator[Claim]:
             yield claim
 
 
-def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str], dict[str, set[str]]]:
-    """The labels given back (or, unconfirmed, that would be), and those that stay with their other owners."""
+def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str], dict[str, set[str]], str]:
+    """The labels given back (or, unconfirmed, that would be), those that stay with their other owners, and a
+    note when the write went unanswered and a new read of the node told what it did."""
     path = f"/api/v1/nodes/{node_name}"
     node = reader.find(path)
     if node is None:
@@ -58,7 +76,7 @@ def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str],
     owners = label_owners(node)
     ours = [label for label, managers in sorted(owners.items()) if FIELD_MANAGER in managers]
     if not ours and not any(labels.get(s) == "false" for s in SWITCHES):
-        return [], {}
+        return [], {}, ""
     if labels.get(NODE_LABEL) != node_name or DEVICE_PLUGIN_LABEL not in ours:
         others = ", ".join(sorted(owners.get(DEVICE_PLUGIN_LABEL, set()))) or "no recorded manager"
         raise UsageError(
@@ -72,13 +90,41 @@ def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str],
         )
     shared = {label: owners[label] - {FIELD_MANAGER} for label in ours if owners[label] - {FIELD_MANAGER}}
     if not confirmed:
-        return [label for label in ours if label not in shared], shared
+        return [label for label in ours if label not in shared], shared, ""
     # Applying an object that names no field gives up every field this manager owns; resourceVersion makes
     # the apply fail rather than act on a node that changed since it was judged.
     metadata = {"name": node_name, "resourceVersion": node["metadata"]["resourceVersion"]}
     body = {"apiVersion": "v1", "kind": "Node", "metadata": metadata}
-    after = (reader.apply(path, body, FIELD_MANAGER).get("metadata") or {}).get("labels") or {}
-    return [label for label in ours if label not in after], {k: v for k, v in shared.items() if k in after}
+    note = ""
+    try:
+        written = reader.apply(path, body, FIELD_MANAGER, until=reader.deadline - _reread_reserve(reader))
+    except UnansweredError as unanswered:
+        written, note = _read_again(reader, node_name, str(unanswered))
+    after = (written.get("metadata") or {}).get("labels") or {}
+    return [label for label in ours if label not in after], {k: v for k, v in shared.items() if k in after}, note
+
+
+def _reread_reserve(reader: Reader) -> float:
+    return min(REREAD_SECONDS, max(0.0, reader.deadline - time.monotonic()) / 3)
+
+
+def _read_again(reader: Reader, node_name: str, unanswered: str) -> tuple[dict[str, Any], str]:
+    """The node as it is after a release that went unanswered, if the release took effect; otherwise the state
+    it is in (still hidden, or unknown) as UnavailableError: exit 3, the release not done."""
+    check = f"`kubectl get node {node_name} --show-labels` ({DEVICE_PLUGIN_LABEL}=false: still hidden)"
+    try:
+        node = reader.get(f"/api/v1/nodes/{node_name}")
+    except UnavailableError as error:
+        raise UnavailableError(
+            f"node {node_name}: state unknown: the release was sent and not answered ({unanswered}), and the "
+            f"node could not be read again ({error}): see {check}, then run this command again"
+        ) from None
+    if any(FIELD_MANAGER in managers for managers in label_owners(node).values()):
+        raise UnavailableError(
+            f"node {node_name}: still hidden: the release was sent and not answered ({unanswered}), and the node "
+            f"read again still has hidden-gpu's labels: nothing changed; run this command again"
+        ) from None
+    return node, f"the release was sent and not answered ({unanswered}); the node read again shows it released"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                 "(its labels stay, so it stays hidden meanwhile)"
             )
         reader = Reader(api_client(args, config), deadline=time.monotonic() + args.deadline)
-        given, kept = release(reader, args.node, args.yes)
+        given, kept, note = release(reader, args.node, args.yes)
+        if note:
+            print(f"node {args.node}: {note}")
         if not given and not kept:
             print(f"node {args.node}: no hidden-gpu switch set to false; nothing to give back")
             return EXIT_OK

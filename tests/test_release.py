@@ -4,17 +4,18 @@ against the real API server."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cluster import release
-from common.cli import EXIT_FINDING, EXIT_OK, EXIT_USAGE
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
 from components.stack_claims import exposed_by_node, record_data
 from stack_config import NodeConfig
-from tests.support.fake_apiserver import Cluster, managed_fields, node, serve
+from tests.support.fake_apiserver import SILENT_SECONDS, Cluster, managed_fields, node, serve
 from tests.support.stacks import EXPOSED, HIDDEN, valid_config, write_stack
 
 GFD = OPERAND_LABELS["gpu_feature_discovery"]
@@ -115,3 +116,47 @@ def test_an_unknown_node_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
     status, _, _ = give_back(tmp_path, "gpu-node-77", "--yes")
     assert status == EXIT_USAGE
     assert capsys.readouterr().err == "error: --node gpu-node-77: no such node in the cluster\n"
+
+
+# A release whose answer is lost: the node is read again, and the command says which state it is in.
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("applied, dropped", EXIT_OK, True, "the node read again shows it released"),
+        ("dropped", EXIT_UNAVAILABLE, False, "still hidden: the release was sent and not answered"),
+        ("dropped, down", EXIT_UNAVAILABLE, False, "state unknown: the release was sent and not answered"),
+    ],
+    ids=["applied", "not-applied", "unreadable"],
+)
+def test_an_unanswered_release_says_what_state_the_node_is_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: tuple[str, int, bool, str]
+) -> None:
+    fault, status, released, said = case
+    cluster = Cluster(nodes=[retired()], patch_faults=[fault])
+    got, labels, requests = give_back(tmp_path, "gpu-node-09", "--yes", "--deadline", "20", cluster=cluster)
+    out, err = capsys.readouterr()
+    assert got == status, (out, err)
+    assert (DEVICE_PLUGIN_LABEL not in labels) is released
+    assert [m for m, _, _ in requests].count("PATCH") == 1  # never sent twice: the new read decides
+    assert said in out + err and len(err.splitlines()) == (0 if released else 1)
+    if released:
+        assert f"removed {NODE_LABEL}, {DEVICE_PLUGIN_LABEL}, {GFD}" in out
+    else:
+        assert "run this command again" in err
+    if fault == "dropped, down":
+        assert f"`kubectl get node gpu-node-09 --show-labels` ({DEVICE_PLUGIN_LABEL}=false: still hidden)" in err
+
+
+def test_a_release_answered_too_late_is_read_again_within_the_deadline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The API server applies the release and says nothing: the write's wait ends early enough that the new
+    read fits in the deadline."""
+    cluster = Cluster(nodes=[retired()], patch_faults=["applied, silent"])
+    started = time.monotonic()
+    got, labels, _ = give_back(tmp_path, "gpu-node-09", "--yes", "--deadline", "1.5", cluster=cluster)
+    assert time.monotonic() - started < SILENT_SECONDS
+    out = capsys.readouterr().out
+    assert got == EXIT_OK and DEVICE_PLUGIN_LABEL not in labels
+    assert "did not finish answering PATCH /api/v1/nodes/gpu-node-09 before the deadline" in out
+    assert "the node read again shows it released" in out

@@ -6,13 +6,15 @@ key), `spec.nodeName=` field selectors and limit/continue paging; GET, merge-PAT
 names no field (server-side apply's release: labels only that manager owns go) of one node. The real
 tier runs the real API server's server-side apply. Responses have the API's shape, so the real
 kubernetes client reads them as it would a cluster's. Every request is logged; `faults` makes the
-next requests answer with a status (429, 500) or malformed JSON.
+next requests answer with a status (429, 500) or malformed JSON; `patch_faults` makes the next PATCHes go
+unanswered (PATCH_FAULTS).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -54,6 +56,15 @@ class Cluster:
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     # Answers for the next requests, in order: a status code, or "malformed".
     faults: list[int | str] = field(default_factory=list)
+    # What happens to the next PATCHes, in order: one of PATCH_FAULTS.
+    patch_faults: list[str] = field(default_factory=list)
+
+
+# A PATCH that goes unanswered: "applied, dropped" (applied, then the connection closes without an answer),
+# "dropped" (closed unapplied), "applied, silent" (applied, then no answer for SILENT_SECONDS), "dropped, down"
+# (closed unapplied, and every later request answers 503).
+PATCH_FAULTS = ("applied, dropped", "dropped", "applied, silent", "dropped, down")
+SILENT_SECONDS = 5.0
 
 
 def node(name: str, gpus: int | None, labels: dict[str, str]) -> dict[str, Any]:
@@ -167,6 +178,9 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if found is None:
             return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404})
+        fault = self.cluster.patch_faults.pop(0) if self.cluster.patch_faults else ""
+        if fault.startswith("dropped"):
+            return self._drop(fault)
         content_type = self.headers.get("Content-Type")
         if content_type not in ("application/merge-patch+json", "application/apply-patch+yaml"):
             return self._send(415, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 415})
@@ -184,7 +198,19 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 labels[key] = value
         found["metadata"]["resourceVersion"] = str(int(found["metadata"].get("resourceVersion", "1")) + 1)
-        return self._send(200, found)
+        if fault:
+            self._drop(fault)
+        else:
+            self._send(200, found)
+        return None
+
+    def _drop(self, fault: str) -> None:
+        """Close the connection without an answer (PATCH_FAULTS)."""
+        if fault == "applied, silent":
+            time.sleep(SILENT_SECONDS)
+        if fault == "dropped, down":
+            self.cluster.faults[:] = [503] * 100
+        self.close_connection = True
 
     @staticmethod
     def _release(found: dict[str, Any], manager: str) -> None:
