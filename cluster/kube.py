@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
 
-from common.cli import UnavailableError, UsageError, bounded, captured_log, positive_seconds
+from common.cli import UnavailableError, UsageError, bounded, captured_log, positive_seconds, stack_name_of
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
 TIMEOUTS = (5.0, 30.0)
 # Items per LIST page: a 1,000-node fleet is one request per kind.
 PAGE = 1000
+KUBECONFIG_KEY = "kubernetes:kubeconfig"
 
 
 def add_cluster_options(arguments: argparse.ArgumentParser) -> None:
@@ -44,7 +47,7 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
         except argparse.ArgumentTypeError as error:
             raise UsageError(f"--deadline {error}") from None
     context = args.context or stack_config.get("kubernetes:context")
-    kubeconfig = args.kubeconfig or stack_config.get("kubernetes:kubeconfig")
+    kubeconfig = args.kubeconfig or stack_kubeconfig(stack_config)
     where = f"kubeconfig (context {context or 'current'})"
     # Imported here, inside the tool's error path: the client takes a second to import, and a Ctrl-C meanwhile
     # is then an interrupted command (130), not a traceback.
@@ -70,6 +73,33 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
         raise UsageError(f"{where}: its exec credential plugin: {hint}: {said}")
     configuration.retries = False  # the callers retry, with backoff and a deadline
     return client.ApiClient(configuration)
+
+
+def stack_kubeconfig(stack_config: Mapping[str, Any]) -> str | None:
+    """The stack's `kubernetes:kubeconfig` (a path, or the file's content). A Pulumi secret (`{secure: ...}`)
+    only the Pulumi CLI can decrypt: the KUBECONFIG the environment names is taken instead, said in one line,
+    or the command is refused with what to do. --kubeconfig, given, is taken before this is asked."""
+    value = stack_config.get(KUBECONFIG_KEY)
+    if value is None or isinstance(value, str):
+        return value
+    line = getattr(stack_config, "key_lines", {}).get(KUBECONFIG_KEY)
+    where = f"{stack_config.path}:{line}: {KUBECONFIG_KEY}" if line else KUBECONFIG_KEY  # type: ignore[attr-defined]
+    if not (isinstance(value, dict) and set(value) == {"secure"}):
+        raise UsageError(f"{where} = {bounded(json.dumps(value, default=str))}: a kubeconfig's path or content")
+    environment = os.environ.get("KUBECONFIG")
+    if environment:
+        print(
+            f"note: {where} is a Pulumi secret this tool cannot decrypt: using KUBECONFIG "
+            f"({bounded(environment)}) for the stack's cluster",
+            file=sys.stderr,
+        )
+        return environment  # read now: the client reads the variable once, when it is imported
+    stack = f" --stack {stack_name_of(Path(stack_config.path))}" if line else ""  # type: ignore[attr-defined]
+    raise UsageError(
+        f"{where} = {{secure: ...}}: a Pulumi secret, which only the Pulumi CLI decrypts: give the cluster's "
+        f"kubeconfig with --kubeconfig FILE (or KUBECONFIG=FILE), e.g. after "
+        f"`pulumi config get {KUBECONFIG_KEY}{stack} > FILE`"
+    )
 
 
 class _NotFoundError(UnavailableError):
