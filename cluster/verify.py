@@ -25,10 +25,12 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
+from cluster.metrics import usable, write_textfile
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
 from common.names import (
     DRA_GROUP,
@@ -289,9 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     add_cluster_options(arguments)
     arguments.add_argument("--json", action="store_true", help="print the checks as JSON")
     arguments.add_argument("--deadline", type=float, default=120.0, help="seconds for the whole check (default 120)")
+    arguments.add_argument(
+        "--textfile",
+        type=Path,
+        help="also write the result as Prometheus metrics there, for node-exporter's textfile collector",
+    )
     args = arguments.parse_args(argv)
+    compared: list[list[Check]] = []
 
     def command() -> int:
+        if args.textfile is not None:
+            usable(args.textfile)
         path = stack_file(args)
         config = read_stack_file(path)
         stack = parse_project_config(config)
@@ -301,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         checks += check_records(stack_name_of(path), stack, live)
         checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices, live.quotas)]
         failed = [c for c in checks if not c.ok]
+        compared.append(checks)
         if args.json:
             payload = {"checks": [asdict(c) | {"ok": c.ok} for c in checks], "mismatches": len(failed)}
             print(json.dumps(payload | {"requests": reader.requests}, indent=2))
@@ -309,7 +320,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"result: {len(failed)} mismatch(es) in {len(checks)} checks, {reader.requests} API requests")
         return EXIT_FINDING if failed else EXIT_OK
 
-    return run(command, args.debug)
+    status = run(command, args.debug)
+    if args.textfile is None or not args.textfile.parent.is_dir() or args.textfile.is_dir():
+        return status  # a --textfile refused was said once, by the command
+    stack = args.stack or stack_name_of(Path(args.stack_file))
+    checks = compared[0] if compared else None
+
+    def write() -> int:
+        write_textfile(args.textfile, stack, status, checks, time.time())
+        return EXIT_OK
+
+    written = run(write, args.debug)
+    return status if status != EXIT_OK else written
 
 
 if __name__ == "__main__":

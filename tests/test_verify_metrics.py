@@ -1,0 +1,106 @@
+"""cluster.verify --textfile: the last run of a stack as Prometheus metrics, whatever its end, and alerting rules
+that name only metrics it writes (as tests/test_audit.py checks the audit's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from cluster import verify
+from cluster.metrics import METRICS
+from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
+from tests.support.fake_apiserver import Cluster, serve
+from tests.test_audit import promql_metric_names
+from tests.test_verify import PROD_CONFIG, healthy
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "cluster" / "hidden-gpu-verify.rules.yml"
+
+
+def samples(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(path.read_text())
+        for s in family.samples
+    }
+
+
+def one(found: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> float:
+    (value,) = [v for (n, _), v in found.items() if n == name]
+    return value
+
+
+def verify_into(tmp_path: Path, cluster: Cluster, textfile: Path) -> int:
+    with serve(tmp_path, cluster) as kubeconfig:
+        return verify.main(
+            ["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "admin@test", "--textfile", str(textfile)]
+        )
+
+
+def test_a_clean_run_then_a_mismatch_then_a_server_that_cannot_answer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    textfile = tmp_path / "hidden_gpu_verify_prod.prom"
+    assert verify_into(tmp_path, healthy(PROD_CONFIG), textfile) == EXIT_OK
+    clean = samples(textfile)
+    assert {n for n, _ in clean} == set(METRICS)  # what the rules test reads is what a run writes
+    assert one(clean, "hidden_gpu_verify_exit_status") == EXIT_OK and one(clean, "hidden_gpu_verify_checked") == 1
+    assert one(clean, "hidden_gpu_verify_mismatches") == 0
+    success = one(clean, "hidden_gpu_verify_last_success_timestamp_seconds")
+    assert success == one(clean, "hidden_gpu_verify_last_run_timestamp_seconds") > 0
+    per_check = {labels: v for (n, labels), v in clean.items() if n == "hidden_gpu_verify_check_ok"}
+    assert per_check and set(per_check.values()) == {1.0}
+    assert all(dict(labels)["stack"] == "prod" for labels in per_check)
+    # No value of a check in a label: they hold GPU UUIDs.
+    assert "GPU-" not in textfile.read_text()
+
+    broken = healthy(PROD_CONFIG)
+    broken.nodes[0]["status"]["capacity"] = broken.nodes[0]["status"]["allocatable"] = {"nvidia.com/gpu": "8"}
+    assert verify_into(tmp_path, broken, textfile) == EXIT_FINDING
+    found = samples(textfile)
+    assert one(found, "hidden_gpu_verify_mismatches") == 2 and one(found, "hidden_gpu_verify_exit_status") == 1
+    failed = [dict(labels) for (n, labels), v in found.items() if n == "hidden_gpu_verify_check_ok" and v == 0]
+    assert failed == [
+        {"stack": "prod", "scope": "gpu-node-01", "check": f"{kind} nvidia.com/gpu"}
+        for kind in ("capacity", "allocatable")
+    ]
+    assert one(found, "hidden_gpu_verify_last_success_timestamp_seconds") == success  # kept from the clean run
+
+    down = Cluster(faults=["malformed"])
+    assert verify_into(tmp_path, down, textfile) == EXIT_UNAVAILABLE
+    gone = samples(textfile)
+    assert one(gone, "hidden_gpu_verify_checked") == 0 and one(gone, "hidden_gpu_verify_exit_status") == 3
+    assert not any(n in ("hidden_gpu_verify_check_ok", "hidden_gpu_verify_mismatches") for n, _ in gone)
+    assert one(gone, "hidden_gpu_verify_last_success_timestamp_seconds") == success
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(textfile.name + ".")]  # no temporary left
+    capsys.readouterr()
+
+
+def test_a_missing_directory_is_refused_before_the_cluster_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = healthy(PROD_CONFIG)
+    assert verify_into(tmp_path, cluster, tmp_path / "absent" / "m.prom") == EXIT_USAGE
+    assert cluster.requests == []
+    err = capsys.readouterr().err
+    assert err == f"error: --textfile {tmp_path}/absent/m.prom: no directory {tmp_path}/absent; create it first\n"
+
+
+def test_a_file_that_is_not_metrics_is_never_a_success(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    textfile = tmp_path / "m.prom"
+    textfile.write_bytes(b"\xff\x00 not the exposition format {{{\n")
+    assert verify_into(tmp_path, Cluster(faults=["malformed"]), textfile) == EXIT_UNAVAILABLE
+    assert one(samples(textfile), "hidden_gpu_verify_last_success_timestamp_seconds") == 0
+    capsys.readouterr()
+
+
+def test_the_shipped_rules_name_metrics_verify_writes() -> None:
+    rules = yaml.safe_load(RULES.read_text())
+    alerts = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
+    assert set(alerts) == {"HiddenGpuVerifyMismatch", "HiddenGpuVerifyCannotCheck", "HiddenGpuVerifyStale"}
+    for alert, expression in alerts.items():
+        names = promql_metric_names(expression)
+        assert names and names <= set(METRICS), (alert, names - set(METRICS))
