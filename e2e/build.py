@@ -14,6 +14,7 @@ them. Nothing built is committed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import lzma
@@ -23,7 +24,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -178,6 +181,31 @@ def ensure_debian(group: Group) -> str | None:
     return None
 
 
+# Seconds between two progress lines while a group builds: a cold build of k8s is minutes of go's silence.
+PROGRESS_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def progress(name: str, every: float = PROGRESS_SECONDS) -> Iterator[None]:
+    """A line when the group starts, then one every `every` seconds with the time it has taken so far; the caller
+    prints the last (built, or failed). From a thread: go's own output, when there is any, goes on unhindered."""
+    started = time.monotonic()
+    print(f"{name}: building (not cached)", flush=True)
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(every):
+            print(f"{name}: still building, {time.monotonic() - started:.0f} s so far", flush=True)
+
+    ticker = threading.Thread(target=tick, name=f"progress {name}", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+
+
 def build(group: Group, target: Path) -> None:
     """Build into a temporary directory beside the target, then move it into place: never half a group."""
     version = module_version(group)
@@ -290,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"e2e.build: {problem}", file=sys.stderr)
                 return 2
             try:
-                build(group, target)
+                with progress(group.name):
+                    build(group, target)
             except subprocess.CalledProcessError as error:  # what failed, once, with go's last word
                 command = " ".join(str(part) for part in error.cmd[:3])
                 said = (error.stderr or "").strip().splitlines()[-1:] if isinstance(error.stderr, str) else []

@@ -1,0 +1,33 @@
+"""e2e.build says what it does while a group builds: a cold build is minutes of go's silence per group."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from e2e import build
+
+
+def test_a_line_at_the_start_then_one_per_interval_with_the_time_so_far(capsys: pytest.CaptureFixture[str]) -> None:
+    with build.progress("k8s", every=0.05):
+        time.sleep(0.28)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "k8s: building (not cached)"
+    ticks = lines[1:]
+    assert 3 <= len(ticks) <= 6, lines
+    assert all(re.fullmatch(r"k8s: still building, \d+ s so far", line) for line in ticks), lines
+    time.sleep(0.15)
+    assert capsys.readouterr().out == ""  # the ticker ends with the build
+
+
+def test_the_ticker_ends_when_the_build_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(RuntimeError), build.progress("etcd", every=0.05):
+        raise RuntimeError("go build failed")
+    time.sleep(0.15)
+    assert capsys.readouterr().out == "etcd: building (not cached)\n"
+
+
+def test_every_progress_line_is_a_minute_apart_by_default() -> None:
+    assert build.PROGRESS_SECONDS == 60.0
