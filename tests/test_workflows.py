@@ -77,12 +77,19 @@ def test_preview_runs_tests_comments_the_render_diff_and_previews_every_stack() 
     assert base["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
 
 
+def up_step() -> dict[str, Any]:
+    """The step of up-stack.yml that runs `pulumi up` (the CLI itself, under `timeout`)."""
+    steps: list[dict[str, Any]] = load("up-stack.yml")["jobs"]["up"]["steps"]
+    (step,) = [s for s in steps if "pulumi up" in str(s.get("run", ""))]
+    return step
+
+
 def pulumi_step_sets() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(job, pulumi step) for every job that runs Pulumi."""
     preview, up = load("preview.yml"), load("up-stack.yml")
     return [
         (preview["jobs"]["pulumi-preview"], pulumi_steps(preview, "pulumi-preview")[0]),
-        (up["jobs"]["up"], pulumi_steps(up, "up")[0]),
+        (up["jobs"]["up"], up_step()),
     ]
 
 
@@ -91,10 +98,18 @@ def test_stacks_are_never_created_by_a_workflow_and_the_cli_is_pinned() -> None:
     version = (ROOT / ".pulumi-version").read_text().strip()
     pinned = next(line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("pulumi=="))
     assert pinned == f"pulumi=={version}"  # the CLI and the SDK move together
-    for _, step in [*pulumi_step_sets(), (None, pulumi_steps(load("drift.yml"), "drift")[0])]:
+    for step in [pulumi_steps(load("preview.yml"), "pulumi-preview")[0], pulumi_steps(load("drift.yml"), "drift")[0]]:
         assert step["with"]["upsert"] is False and "secrets-provider" not in step["with"]
         assert step["with"]["pulumi-version-file"] == ".pulumi-version"
         assert step["with"]["cloud-url"] == "${{ vars.PULUMI_BACKEND_URL }}"
+    # up runs the CLI itself: non-interactive, it refuses a stack that does not exist instead of offering to make
+    # one (pulumi pkg/v3 v3.274.0 cmd/pulumi/stack/io.go:157-171).
+    (install,) = pulumi_steps(load("up-stack.yml"), "up")
+    assert install["with"] == {"pulumi-version-file": ".pulumi-version"}  # only installs the pinned CLI
+    up = up_step()
+    assert "--non-interactive" in up["run"] and "--create" not in up["run"] and "stack init" not in up["run"]
+    assert 'pulumi login "$PULUMI_BACKEND_URL"' in up["run"]
+    assert up["env"]["PULUMI_BACKEND_URL"] == "${{ vars.PULUMI_BACKEND_URL }}"
 
 
 def test_previews_never_run_with_what_up_may_do() -> None:
@@ -125,6 +140,52 @@ def test_every_pulumi_job_has_a_timeout() -> None:
         for job_name, job in load(name)["jobs"].items():
             if "uses" not in job:  # a called workflow's jobs carry their own
                 assert 0 < job["timeout-minutes"] <= 60, (name, job_name)
+
+
+def test_an_up_is_ended_cleanly_before_any_limit_kills_it() -> None:
+    """issue 32, 3: a job killed at its limit leaves the stack locked with pending operations. `timeout` sends the
+    up SIGINT first, which Pulumi takes as ^C: it stops starting operations, finishes those under way and releases
+    the lock (pulumi pkg/v3 v3.274.0 backend/cancellation_scope.go:64-100, backend/diy/backend.go:1222-1226);
+    only a second signal terminates it. The kill comes later, and the step's and the job's limits later still."""
+    job = load("up-stack.yml")["jobs"]["up"]
+    step = up_step()
+    found = re.search(r"timeout --signal=INT --kill-after=(\d+)m (\d+)m \\\n\s*pulumi up ", step["run"])
+    assert found, step["run"]
+    grace, limit = int(found[1]), int(found[2])
+    verify = job["steps"][-1]
+    assert "cluster.verify" in verify["run"]
+    setup = 3  # checkout, Python, the virtualenv, credentials, the CLI
+    assert limit + grace < step["timeout-minutes"]
+    assert setup + step["timeout-minutes"] + verify["timeout-minutes"] <= job["timeout-minutes"]
+    assert "124)" in step["run"] and "137)" in step["run"]  # each end says what state the stack is in
+    for name, job_name in (("preview.yml", "pulumi-preview"), ("drift.yml", "drift")):
+        (preview,) = pulumi_steps(load(name), job_name)
+        assert preview["timeout-minutes"] < load(name)["jobs"][job_name]["timeout-minutes"]
+
+
+def test_no_credential_is_a_static_github_secret() -> None:
+    """issue 32, 4: the kubeconfig and the passphrase come from AWS Secrets Manager, read with the environment's
+    OIDC role; GitHub holds only their names (variables). The passphrase reaches Pulumi as a file."""
+    for name in WORKFLOW_NAMES:
+        text = (ROOT / ".github" / "workflows" / name).read_text()
+        assert not re.findall(r"secrets\.(?!GITHUB_TOKEN)\w+", text), name
+        for job_name, job in load(name)["jobs"].items():
+            steps = job.get("steps", [])
+            reads = [i for i, s in enumerate(steps) if "aws secretsmanager get-secret-value" in str(s.get("run"))]
+            if not reads:
+                continue
+            roles = [i for i, s in enumerate(steps) if "configure-aws-credentials" in str(s.get("uses"))]
+            assert roles and roles[0] < reads[0], (name, job_name)
+            assert steps[reads[0]]["env"] == {
+                "KUBECONFIG_SECRET": "${{ vars.KUBECONFIG_SECRET }}",
+                "PASSPHRASE_SECRET": "${{ vars.PASSPHRASE_SECRET }}",
+            }
+            assert 'install -m 600 /dev/null "$RUNNER_TEMP/passphrase"' in steps[reads[0]]["run"]
+            pulumi = [s for s in steps if "pulumi/actions" in str(s.get("uses")) and "command" in s.get("with", {})]
+            pulumi += [s for s in steps if "pulumi up" in str(s.get("run", ""))]
+            for step in pulumi:
+                assert step["env"]["PULUMI_CONFIG_PASSPHRASE_FILE"] == "${{ runner.temp }}/passphrase"
+                assert "PULUMI_CONFIG_PASSPHRASE" not in step["env"]
 
 
 # Every action by the commit of a release, its tag beside it: a moved or deleted tag changes nothing.
@@ -218,9 +279,9 @@ def test_up_runs_every_stack_one_at_a_time_in_rollout_order() -> None:
     }
     assert up["uses"] == "./.github/workflows/up-stack.yml" and up["with"]["stack"] == "${{ matrix.stack }}"
     up_stack = load("up-stack.yml")["jobs"]["up"]
-    (step,) = pulumi_steps(load("up-stack.yml"), "up")
-    assert step["with"]["command"] == "up" and step["with"]["refresh"] is True
-    assert step["with"]["policyPacks"] == "policy"
+    command = up_step()["run"]
+    assert 'pulumi up --stack "$STACK" --yes --non-interactive --refresh' in command
+    assert "--policy-pack policy" in command
     verify = up_stack["steps"][-1]
     assert "python -m cluster.verify --stack" in verify["run"]  # a mismatch fails the job, and the rest
 
