@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, pa
 from common.names import (
     DRA_GROUP,
     DRA_VERSION,
+    FIELD_MANAGER,
     GPU_QUOTA_KEY,
     GPU_RESOURCE,
     INSTANCE_LABEL,
@@ -100,17 +101,28 @@ class Live:
     # Every DeviceClass and ResourceSlice (resource.k8s.io/v1, GA since Kubernetes 1.34): cluster/dra.py.
     device_classes: dict[str, dict[str, Any]]
     resource_slices: list[dict[str, Any]]
+    # The DaemonSets taken over from a hand-made setup (nodes[].adoptDevicePlugin), by (namespace, name).
+    adopted: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False) -> Live:
+    def read(
+        cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False, adopted: Iterable[tuple[str, str]] = ()
+    ) -> Live:
         def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             return {i["metadata"].get("name", ""): i for i in items}
 
+        taken_over = sorted(set(adopted))
+        # An adopted plugin's pods stay in its own namespace, labelled as ours are.
+        namespaces = sorted({plugin_namespace, *(namespace for namespace, _ in taken_over)})
         return cls(
             nodes=by_name(reader.list("/api/v1/nodes")),
-            pinned=reader.list(
-                f"/api/v1/namespaces/{plugin_namespace}/pods", f"{OURS},{PLUGIN_NAME_LABEL}={PLUGIN_NAME}"
-            ),
+            pinned=[
+                pod
+                for namespace in namespaces
+                for pod in reader.list(
+                    f"/api/v1/namespaces/{namespace}/pods", f"{OURS},{PLUGIN_NAME_LABEL}={PLUGIN_NAME}"
+                )
+            ],
             operator_plugins=reader.list("/api/v1/pods", OPERATOR_PLUGIN_SELECTOR),
             # Every class, not only ours: the guard judges a class as NVIDIA's unless the stack lists it as plain.
             runtime_classes=by_name(reader.list("/apis/node.k8s.io/v1/runtimeclasses")),
@@ -127,7 +139,40 @@ class Live:
             records=[Claim.of(c) for c in reader.list("/api/v1/configmaps", STACK_LABEL)],
             device_classes=by_name(reader.list(f"{RESOURCE}/deviceclasses")),
             resource_slices=reader.list(f"{RESOURCE}/resourceslices"),
+            adopted={
+                (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+                for namespace, name in taken_over
+            },
         )
+
+
+def _owned(fields: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every field path a managedFields entry's fieldsV1 owns (a key with `.` owns the element itself)."""
+    for key, below in fields.items():
+        if key == ".":
+            yield prefix
+        elif isinstance(below, dict) and below:
+            yield from _owned(below, (*prefix, key))
+        else:
+            yield (*prefix, key)
+
+
+def leftover_fields(daemon_set: dict[str, Any]) -> list[str]:
+    """The DaemonSet's spec fields that only another manager owns (the hand-made manager's, which a forced apply by
+    hidden-gpu left because hidden-gpu does not declare them): the takeover has not converged them."""
+    ours: set[tuple[str, ...]] = set()
+    theirs: set[tuple[str, ...]] = set()
+    for entry in (daemon_set.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("subresource"):  # status, written by the controller
+            continue
+        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
+        paths = {("f:spec", *path) for path in _owned(spec)}
+        (ours if entry.get("manager") == FIELD_MANAGER else theirs).update(paths)
+    # Converged: a path ours owns too, or one above a path of ours (a list element whose fields ours sets).
+    left = {p for p in theirs - ours if not any(o[: len(p)] == p for o in ours)}
+    # One line per leftover: an element's own fields go with it.
+    top = [p for p in left if not any(q != p and p[: len(q)] == q for q in left)]
+    return sorted(".".join(part.removeprefix("f:") for part in path) for path in top)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -170,6 +215,11 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     if node.exposed_gpus:
         actual = ";".join(sorted({_visible_devices(p) for p in mine})) or "<no plugin pod>"
         yield Check(node.name, f"plugin {VISIBLE_DEVICES_ENV}", ",".join(node.exposed_gpus), actual)
+    adopt = node.adopt_device_plugin
+    if adopt is not None and node.exposed_gpus:
+        found = live.adopted.get((adopt.namespace, adopt.name))
+        left = "<missing>" if found is None else ", ".join(leftover_fields(found)) or "none"
+        yield Check(node.name, f"adopted {adopt.namespace}/{adopt.name}: fields only its maker set", "none", left)
 
 
 def check_records(name: str, stack: StackConfig, live: Live) -> Iterator[Check]:
@@ -306,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         config = read_stack_file(path)
         stack = parse_project_config(config)
         reader = Reader(api_client(args, config), deadline=time.monotonic() + args.deadline)
-        live = Live.read(reader, stack.device_plugin.namespace, mutating=stack.guard.add_void)
+        adopted = [(a.namespace, a.name) for n in stack.nodes if (a := n.adopt_device_plugin) is not None]
+        live = Live.read(reader, stack.device_plugin.namespace, mutating=stack.guard.add_void, adopted=adopted)
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
         checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices, live.quotas)]

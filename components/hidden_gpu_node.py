@@ -154,21 +154,28 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 self.runtime_class = _runtime_class(name, node, child)
                 runtime_class = self.runtime_class.metadata.name
             config = plugin_config(node)
+            # An adopted plugin stays where it was made (a DaemonSet cannot move), its config beside it.
+            namespace = (
+                args["plugin_namespace"] if node.adopt_device_plugin is None else node.adopt_device_plugin.namespace
+            )
             # The operator's plugin must be gone before ours registers the same kubelet socket; on
             # destroy Pulumi deletes ours first, then restores the label. The config, where there
             # is one, must exist before the plugin's pods mount it.
             needs: list[pulumi.Resource] = [self.label_patch]
             if config is not None:
-                self.plugin_config = _config_map(name, node, args["plugin_namespace"], config, child)
+                self.plugin_config = _config_map(name, node, namespace, config, child)
                 needs.append(self.plugin_config)
             self.device_plugin = _device_plugin(
                 name,
                 node,
                 plugin,
-                args["plugin_namespace"],
+                namespace,
                 runtime_class,
                 config=config,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
+                # Replacing the plugin (an adoption given up, a namespace changed) deletes the old one first: two
+                # plugins of one resource on a node leave the kubelet with no healthy GPU until one registers again
+                # (kubelet v1.36 devicemanager/plugin/v1beta1/handler.go runClient disconnects by resource name).
+                opts=pulumi.ResourceOptions(parent=self, depends_on=needs, delete_before_replace=True),
             )
 
         # Plain values, not Outputs: every name here is set explicitly above (docs/performance.md).
@@ -177,10 +184,14 @@ class HiddenGpuNode(pulumi.ComponentResource):
             exposedCount=len(node.exposed_gpus),
             advertisedCount=node.advertised_gpus,
             hiddenCount=len(node.hidden_gpus),
-            devicePlugin=device_plugin_name(node.name) if node.exposed_gpus else None,
+            devicePlugin=_plugin_name(node) if node.exposed_gpus else None,
             runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
         )
         self.register_outputs(dict(self.summary))
+
+
+def _plugin_name(node: NodeConfig) -> str:
+    return device_plugin_name(node.name) if node.adopt_device_plugin is None else node.adopt_device_plugin.name
 
 
 def plugin_config(node: NodeConfig) -> str | None:
@@ -329,9 +340,23 @@ def _device_plugin(
     opts: pulumi.ResourceOptions,
 ) -> k8s.apps.v1.DaemonSet:
     labels = plugin_labels(node.name)
+    selector, pod_labels = labels, labels
+    annotations = _scan_exceptions(plugin.image)
+    adopt = node.adopt_device_plugin
+    if adopt is not None:
+        # Taking over a hand-made DaemonSet: a forced server-side apply under hidden-gpu's field manager, not
+        # `pulumi import`. The provider creates by server-side apply (a PATCH, so an existing object is upserted:
+        # pulumi-kubernetes v4.25 pkg/await/await.go), and patchForce takes every field this declares from the
+        # hand-made manager; an import would need each object's ID in the program and a first `up` that changes
+        # nothing. The selector is immutable, so it stays the hand-made one and the pods carry both its labels
+        # and ours (cluster.verify finds them by ours); the container keeps its name, as containers merge by name.
+        # Fields only the hand-made manager set and this does not declare stay: cluster.verify names them.
+        selector = dict(adopt.match_labels)
+        pod_labels = {**adopt.match_labels, **labels}
+        annotations = {**annotations, PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
     volumes, mounts = _volumes(node, plugin, config)
     container = k8s.core.v1.ContainerArgs(
-        name=PLUGIN_NAME,
+        name=PLUGIN_NAME if adopt is None else adopt.container,
         image=plugin.image,
         image_pull_policy="IfNotPresent",
         env=_env(node, plugin, config),
@@ -374,16 +399,22 @@ def _device_plugin(
     return k8s.apps.v1.DaemonSet(
         f"{prefix}-device-plugin",
         metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=device_plugin_name(node.name),
+            name=_plugin_name(node),
             namespace=namespace,
             labels=labels,
-            annotations=_scan_exceptions(plugin.image),
+            annotations=annotations,
         ),
         spec=k8s.apps.v1.DaemonSetSpecArgs(
-            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=labels),
-            update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(type="RollingUpdate"),
+            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+            # One plugin pod at a time, stated rather than left to the default (which a hand-made DaemonSet may
+            # have changed): a surge pod would register the same resource while the old one runs, and the kubelet
+            # then disconnects the newer one when the older one's stream ends (every GPU unhealthy).
+            update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
+                type="RollingUpdate",
+                rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_surge=0, max_unavailable=1),
+            ),
             template=k8s.core.v1.PodTemplateSpecArgs(
-                metadata=k8s.meta.v1.ObjectMetaArgs(labels=labels, annotations=checksum), spec=pod_spec
+                metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels, annotations=checksum), spec=pod_spec
             ),
         ),
         opts=opts,

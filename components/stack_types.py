@@ -45,6 +45,25 @@ class TimeSlicingSpec(TypedDict):
     """Refuse pods that ask for more than one replica."""
 
 
+class AdoptedPluginSpec(TypedDict):
+    """A plugin DaemonSet made by hand (the recipe run without hidden-gpu) that `up` takes over for this
+    node, instead of creating `nvidia-device-plugin-<node>` beside it: two plugins of one resource on a
+    node leave the kubelet with no healthy GPU (docs/operations.md, "Adopting a hand-made setup")."""
+
+    namespace: str
+    """The hand-made DaemonSet's namespace: it stays there (a DaemonSet cannot move), so it must be exempt
+    from the guard (`guard.exemptNamespaces`, or `devicePlugin.namespace` itself)."""
+    name: str
+    """The hand-made DaemonSet's name: it keeps it."""
+    matchLabels: dict[str, str]
+    """Its `spec.selector.matchLabels`, exactly (`kubectl get ds -o
+    jsonpath='{.spec.selector.matchLabels}'`): a DaemonSet's selector cannot change, so the taken-over
+    one keeps it and its pods carry these labels too."""
+    container: str
+    """The name of its plugin container: the taken-over container keeps it (server-side apply merges
+    containers by name; another name would add a second plugin container beside it)."""
+
+
 class NodeSpec(TypedDict):
     """One shared GPU node: which of its GPUs Kubernetes may schedule."""
 
@@ -68,6 +87,9 @@ class NodeSpec(TypedDict):
     migDevices: NotRequired[dict[str, list[str]]]
     """The node's MIG layout, parent GPU UUID -> its MIG device UUIDs: needed for every listed MIG UUID
     (`discover --expose` writes it)."""
+    adoptDevicePlugin: NotRequired[AdoptedPluginSpec]
+    """A hand-made plugin DaemonSet to take over as this node's plugin, keeping its name, namespace,
+    selector and container name; only on a node that exposes GPUs."""
 
 
 class TolerationSpec(TypedDict):

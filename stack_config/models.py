@@ -35,6 +35,7 @@ from common.names import (
     MigStrategy,
     Role,
     ToolkitSettingsSource,
+    plugin_labels,
 )
 from stack_config.errors import MISSING, FieldProblemsError, Loc, key_path
 
@@ -255,6 +256,24 @@ class TimeSlicingConfig(_Model):
     """Refuse pods that ask for more than one replica."""
 
 
+class AdoptedPluginConfig(_Model):
+    """A plugin DaemonSet made by hand (the recipe run without hidden-gpu) that `up` takes over for this node, instead
+    of creating `nvidia-device-plugin-<node>` beside it: two plugins of one resource on a node leave the kubelet with
+    no healthy GPU (docs/operations.md, "Adopting a hand-made setup")."""
+
+    namespace: NamespaceName
+    """The hand-made DaemonSet's namespace: it stays there (a DaemonSet cannot move), so it must be exempt from the
+    guard (`guard.exemptNamespaces`, or `devicePlugin.namespace` itself)."""
+    name: ObjectName
+    """The hand-made DaemonSet's name: it keeps it."""
+    match_labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
+    """Its `spec.selector.matchLabels`, exactly (`kubectl get ds -o jsonpath='{.spec.selector.matchLabels}'`): a
+    DaemonSet's selector cannot change, so the taken-over one keeps it and its pods carry these labels too."""
+    container: NamespaceName
+    """The name of its plugin container: the taken-over container keeps it (server-side apply merges containers by
+    name; another name would add a second plugin container beside it)."""
+
+
 class NodeConfig(_Model):
     """One shared GPU node: which of its GPUs Kubernetes may schedule."""
 
@@ -276,6 +295,9 @@ class NodeConfig(_Model):
     mig_devices: dict[GpuUuid, list[MigUuid]] = Field(default_factory=dict)
     """The node's MIG layout, parent GPU UUID -> its MIG device UUIDs: needed for every listed MIG UUID (`discover
     --expose` writes it)."""
+    adopt_device_plugin: AdoptedPluginConfig | None = None
+    """A hand-made plugin DaemonSet to take over as this node's plugin, keeping its name, namespace, selector and
+    container name; only on a node that exposes GPUs."""
 
     @property
     def roles(self) -> dict[str, Role]:
@@ -563,6 +585,7 @@ def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
             f"namespace {plugin.namespace} belongs to the cluster or the GPU Operator: hidden-gpu must not "
             "create it (nor ever delete it); set createNamespace: false, or use a namespace of its own",
         )
+    yield from _adoption_stack_problems(stack)
     first_node: dict[str, int] = {}
     first_place: dict[str, Loc] = {}
     for node_index, node in enumerate(stack.nodes):
@@ -575,6 +598,31 @@ def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
             first = first_place.setdefault(uuid, here)
             if first != here and first[1] != node_index:
                 yield here, uuid, f"GPU also listed on another node ({_short(first)}); a GPU belongs to one node"
+
+
+def _adoption_stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
+    """An adopted plugin stays in its namespace, which the guard must exempt (its pods mount a host directory);
+    each hand-made DaemonSet is one node's plugin."""
+    first: dict[tuple[str, str], int] = {}
+    for node_index, node in enumerate(stack.nodes):
+        adopt = node.adopt_device_plugin
+        if adopt is None:
+            continue
+        if adopt.namespace not in stack.exempt_namespaces:
+            yield (
+                ("nodes", node_index, "adoptDevicePlugin", "namespace"),
+                adopt.namespace,
+                "not exempt from the guard, which would refuse the plugin's pods (a host directory): add it to "
+                "guard.exemptNamespaces",
+            )
+        key = (adopt.namespace, adopt.name)
+        if key in first:
+            yield (
+                ("nodes", node_index, "adoptDevicePlugin", "name"),
+                adopt.name,
+                f"also adopted by nodes[{first[key]}]: a DaemonSet is one node's plugin",
+            )
+        first.setdefault(key, node_index)
 
 
 def _toolkit_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
@@ -622,9 +670,30 @@ def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
             False,
             "the node exposes GPUs: its pinned plugin and GPU pods run under the toolkit's nvidia runtime",
         )
+    yield from _adoption_problems(node)
     first_place: dict[str, Loc] = {}
     yield from _duplicates(node, first_place)
     yield from _mig_problems(node, first_place)
+
+
+def _adoption_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
+    adopt = node.adopt_device_plugin
+    if adopt is None:
+        return
+    if not node.exposed_gpus:
+        yield (
+            ("adoptDevicePlugin",),
+            adopt.name,
+            "the node exposes no GPU, so it runs no plugin to adopt: delete the hand-made DaemonSet instead",
+        )
+    for key, value in adopt.match_labels.items():
+        ours = plugin_labels(node.name).get(key)
+        if ours is not None and ours != value:
+            yield (
+                ("adoptDevicePlugin", "matchLabels", key),
+                value,
+                f"hidden-gpu labels its plugin pods {key}={ours}: the selector would no longer match them",
+            )
 
 
 def _duplicates(node: NodeConfig, first_place: dict[str, Loc]) -> Iterator[tuple[Loc, Any, str]]:

@@ -1,0 +1,221 @@
+"""Adoption on a real kubelet (issue 32, 1): a platform team runs the recipe by hand, a plugin DaemonSet of its own
+(`kube-system/nvidia-device-plugin-pinned`, its own selector and container name) pinned to the exposed GPU; the
+stack names it (`nodes[].adoptDevicePlugin`) and its render is applied as the provider's create applies it (a
+server-side apply, forced: `pulumi.com/patchForce`, under the field manager `hidden-gpu`). Sampled from the API every
+100 ms throughout: the node's allocatable `nvidia.com/gpu` never rises above the exposed count, and the plugin pods
+on the node. What it shows is in docs/operations.md, "Adopting a hand-made setup"."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.verify import leftover_fields
+from common.names import device_plugin_name
+from e2e.controlplane import ApiError, ControlPlane
+from e2e.images import PLUGIN
+from e2e.node import Node, Toolkit
+from tests.node.conftest import GPU, NODE, apply_render, eventually, rendered_objects, stack
+from tests.support.stacks import EXPOSED
+
+HAND_NAMESPACE = "kube-system"
+HAND_NAME = "nvidia-device-plugin-pinned"
+HAND_SELECTOR = {"name": HAND_NAME}
+HAND_CONTAINER = "nvidia-device-plugin-ctr"
+HAND_MANAGER = "kubectl"  # `kubectl apply --server-side`
+ADOPT = {"namespace": HAND_NAMESPACE, "name": HAND_NAME, "matchLabels": HAND_SELECTOR, "container": HAND_CONTAINER}
+PLUGIN_PATH = "/var/lib/kubelet/device-plugins"
+SAMPLE_S = 0.1
+
+
+def hand_made() -> dict[str, Any]:
+    """The recipe as a team writes it by hand: the stand-in plugin pinned by NVIDIA_VISIBLE_DEVICES, selected by a
+    hostname nodeSelector, with a variable of its own (a field hidden-gpu does not declare)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": HAND_NAME, "namespace": HAND_NAMESPACE},
+        "spec": {
+            "selector": {"matchLabels": HAND_SELECTOR},
+            "template": {
+                "metadata": {"labels": HAND_SELECTOR},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": NODE},
+                    "terminationGracePeriodSeconds": 1,
+                    "automountServiceAccountToken": False,
+                    "runtimeClassName": "nvidia",  # the GPU Operator's class, as the recipe's plugin runs  # the node tier runs no root-CA publisher
+                    "containers": [
+                        {
+                            "name": HAND_CONTAINER,
+                            "image": PLUGIN.name,
+                            "imagePullPolicy": "Never",
+                            "env": [
+                                {"name": "NVIDIA_VISIBLE_DEVICES", "value": EXPOSED},
+                                {"name": "TEAM", "value": "a"},
+                            ],
+                            "volumeMounts": [{"name": "device-plugin", "mountPath": PLUGIN_PATH}],
+                        }
+                    ],
+                    "volumes": [{"name": "device-plugin", "hostPath": {"path": PLUGIN_PATH}}],
+                },
+            },
+        },
+    }
+
+
+class Sampler(threading.Thread):
+    """The node's allocatable nvidia.com/gpu and the plugin pods on the node, read from the API every 100 ms."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        super().__init__(daemon=True)
+        self.plane = plane
+        self.samples: list[tuple[float, int, list[str]]] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stopping.wait(SAMPLE_S):
+            try:
+                node = self.plane.request("GET", f"/api/v1/nodes/{NODE}")
+            except ApiError:  # the plane shutting down
+                return
+            gpus = int(node["status"].get("allocatable", {}).get(GPU, "0"))
+            pods = self.plane.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}")["items"]
+            running = [
+                f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                for p in pods
+                if any(c["image"].endswith(PLUGIN.name) for c in p["spec"]["containers"])
+                and any("running" in (s.get("state") or {}) for s in p.get("status", {}).get("containerStatuses", []))
+            ]
+            self.samples.append((round(time.monotonic() - started, 2), gpus, running))
+
+
+def registrations(node: Node, pods: set[str]) -> dict[str, int]:
+    """How many times each plugin pod's stand-in says it registered with the kubelet."""
+    counted = {}
+    for pod in pods:
+        namespace, name = pod.split("/")
+        try:
+            counted[pod] = sum(
+                "registered nvidia.com/gpu with the kubelet" in line for line in node.logs(namespace, name)
+            )
+        except Exception:  # a pod gone for good: its log went with it
+            counted[pod] = -1
+    return counted
+
+
+@pytest.fixture(scope="module")
+def handmade(node_plane: ControlPlane, node: Node) -> Iterator[None]:
+    node.toolkit(Toolkit())
+    # Earlier modules' plugin (hidden-gpu-system) goes first: the node starts from the hand-made setup alone.
+    with contextlib.suppress(ApiError):  # this module alone: there is none
+        node_plane.request(
+            "DELETE", f"/apis/apps/v1/namespaces/hidden-gpu-system/daemonsets/{device_plugin_name(NODE)}"
+        )
+    eventually(
+        lambda: not node_plane.request("GET", "/api/v1/namespaces/hidden-gpu-system/pods")["items"], "no other plugin"
+    )
+    # The recipe's node label, by hand, then the hand-made plugin.
+    node_plane.apply(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {
+            "nvidia.com/gpu.deploy.device-plugin": "false"}}},
+        manager="kubectl-label",
+    )  # fmt: skip
+    node_plane.apply(
+        {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"}, "handler": "nvidia"},
+        manager="gpu-operator",
+    )
+    node_plane.apply(hand_made(), manager=HAND_MANAGER)
+
+    def advertised() -> bool:
+        if node.node()["status"]["allocatable"].get(GPU) == "1":
+            return True
+        pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods")["items"]
+        raise AssertionError([(p["metadata"]["name"], p.get("status")) for p in pods])
+
+    eventually(advertised, "the hand-made plugin advertises 1 GPU")
+    yield
+    node_plane.request("DELETE", f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}")
+
+
+def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
+    node_plane: ControlPlane, node: Node, handmade: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adopting = stack("envvar")
+    adopting["hidden-gpu:nodes"][0]["adoptDevicePlugin"] = ADOPT
+    monkeypatch.setattr("tests.node.conftest.stack", lambda strategy: adopting)
+    objects = rendered_objects(tmp_path, "envvar", guard=False)
+    (plugin,) = [o for o in objects if o["kind"] == "DaemonSet"]
+    assert (plugin["metadata"]["namespace"], plugin["metadata"]["name"]) == (HAND_NAMESPACE, HAND_NAME)
+    (container,) = plugin["spec"]["template"]["spec"]["containers"]
+    assert container["name"] == HAND_CONTAINER
+    container["image"], container["imagePullPolicy"] = PLUGIN.name, "Never"  # conftest's one substitution
+
+    sampler = Sampler(node_plane)
+    sampler.start()
+    time.sleep(2)  # a baseline under the hand-made plugin
+    began = time.monotonic()
+    apply_render(node_plane, objects)  # what `up` does: the forced server-side apply under `hidden-gpu`
+
+    def converged() -> bool:
+        live = node_plane.request("GET", f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}")
+        status = live["status"]
+        pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")
+        ours = [p for p in pods["items"] if p["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == NODE]
+        done = (
+            status.get("updatedNumberScheduled") == 1
+            and status.get("numberReady") == 1
+            and len(pods["items"]) == 1
+            and len(ours) == 1
+            and node.node()["status"]["allocatable"].get(GPU) == "1"
+        )
+        if not done:
+            states = [
+                (p["metadata"]["name"], p["status"].get("phase"), p["status"].get("containerStatuses"))
+                for p in pods["items"]
+            ]
+            raise AssertionError((status, states))
+        return bool(done)
+
+    eventually(converged, "the adopted DaemonSet rolled to the rendered pod, Ready, 1 GPU allocatable")
+    took = time.monotonic() - began
+    time.sleep(3)  # and after it
+    sampler.stopping.set()
+    sampler.join()
+
+    counts = [gpus for _, gpus, _ in sampler.samples]
+    plugins = [running for _, _, running in sampler.samples]
+    seen = {pod for running in plugins for pod in running}
+    zero = [t for t, gpus, _ in sampler.samples if gpus == 0]
+    print(
+        f"takeover: {len(counts)} samples over {sampler.samples[-1][0]} s, converged in {took:.1f} s; allocatable "
+        f"min {min(counts)} max {max(counts)}; at 0 for {len(zero)} samples ({zero[:1]}..{zero[-1:]}); "
+        f"plugin pods seen {sorted(seen)}, most at once {max(len(r) for r in plugins)}; "
+        f"registrations {registrations(node, seen)}"
+    )
+    assert max(counts) <= 1, "allocatable rose above the exposed count"
+    assert max(len(r) for r in plugins) <= 1, "two plugin containers ran on the node at once"
+    assert not any(o["kind"] == "DaemonSet" and o["metadata"]["namespace"] != HAND_NAMESPACE for o in objects)
+    assert node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [EXPOSED]
+    # The roll replaces the plugin process once; the kubelet marks the resource unhealthy from the old plugin's end
+    # to the new one's registration (devicemanager PluginDisconnected): what the API showed is recorded above.
+    assert len(zero) * SAMPLE_S < 15, f"allocatable at 0 for {len(zero) * SAMPLE_S:.1f} s"
+
+    # Converged, except what only the hand-made manager set and hidden-gpu does not declare: verify names it.
+    live = node_plane.request("GET", f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}")
+    template = live["spec"]["template"]["spec"]
+    (container,) = template["containers"]
+    assert container["name"] == HAND_CONTAINER
+    assert template["runtimeClassName"] == f"hidden-gpu-{NODE}"
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert live["spec"]["updateStrategy"]["rollingUpdate"]["maxSurge"] == 0
+    left = leftover_fields(live)
+    print(f"fields only the hand-made manager set: {left}")
+    assert any("TEAM" in path for path in left), left
+    assert any("nodeSelector" in path for path in left), left
