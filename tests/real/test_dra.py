@@ -88,6 +88,21 @@ def resource_slice(node: str) -> dict[str, Any]:
     }
 
 
+def nic_slice(node: str) -> dict[str, Any]:
+    """A NIC driver's slice for the node: one device, for the allowed class."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{NIC_CLASS}"},
+        "spec": {
+            "driver": NIC_CLASS,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "nic-0", "attributes": {"model": {"string": "test-nic"}}}],
+        },
+    }
+
+
 @pytest.fixture(scope="module")
 def plane(bin_dir: Path) -> Iterator[ControlPlane]:
     with ControlPlane.start(bin_dir, identities={DRIVER_IDENTITY: ["hidden-gpu:dra-drivers"]}) as started:
@@ -141,6 +156,16 @@ def stack(plane: ControlPlane) -> ProgramRun:
     )
     for node in NODES:
         plane.apply(resource_slice(node), identity=DRIVER_IDENTITY, manager="dra-driver")
+        plane.apply(nic_slice(node), identity=DRIVER_IDENTITY, manager="dra-driver")
+    # The allowed NIC class, as its driver's chart would make it: another driver's devices.
+    plane.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": NIC_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{NIC_CLASS}'"}}]},
+        }
+    )
     probe = CLAIM_ROUTES["nvidia-gpu-class"][0]
     eventually(lambda: "hidden-gpu guard" in (denial(plane, probe) or ""), what="the claims policy in force")
     return run
@@ -229,6 +254,31 @@ def test_many_claims_at_once_get_exposed_gpus_only(plane: ControlPlane, stack: P
     pods = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods")["items"]
     bound = [p for p in pods if p["metadata"]["name"].startswith("load-") and p["spec"].get("nodeName")]
     assert len(bound) == len(EXPOSED)
+
+
+def test_a_nic_claim_of_an_allowed_class_is_admitted_and_allocated(plane: ControlPlane, stack: ProgramRun) -> None:
+    body = claim(exactly(NIC_CLASS))
+    body["metadata"] = {"name": "nic", "namespace": TENANT}
+    plane.create(body, identity="tenant")
+    plane.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "nic-user", "namespace": TENANT},
+            "spec": {
+                "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "nic"}]}}],
+                "resourceClaims": [{"name": "nic", "resourceClaimName": "nic"}],
+            },
+        },
+        identity="tenant",
+    )
+
+    def results() -> list[dict[str, Any]] | None:
+        found = plane.request("GET", f"{RESOURCE}/namespaces/{TENANT}/resourceclaims/nic")
+        return ((found.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
+
+    (result,) = eventually(results, seconds=60, what="the NIC claim allocated")
+    assert result["driver"] == NIC_CLASS and result["device"] == "nic-0"
 
 
 def test_the_quota_caps_claims_from_the_gpu_class(plane: ControlPlane, stack: ProgramRun) -> None:

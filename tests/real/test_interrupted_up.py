@@ -24,7 +24,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from common.names import DEVICE_PLUGIN_LABEL, ENV_KEYS_POLICY_NAME, POLICY_NAME
+from common.names import CLAIMS_POLICY_NAME, DEVICE_PLUGIN_LABEL, ENV_KEYS_POLICY_NAME, POLICY_NAME
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import GPU_NODES, eventually, seeded_plane
 from tests.real.harness import FakeKubelet, pulumi_stack
@@ -40,7 +40,7 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 GUARD = [
     (f"{ADMISSION}/{kind}", name)
     for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
-    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME)
+    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME)
 ]
 
 
@@ -102,11 +102,12 @@ def operator_switch(plane: ControlPlane) -> None:
 
 def start_over(plane: ControlPlane, stack: auto.Stack) -> None:
     """Back to a cluster that never had hidden-gpu: the stack's state emptied (the node switch and the guard are
-    retained on delete, by design), then the guard removed and the operator's switch put back by hand."""
+    retained on delete, by design), then the operator's switch put back and the guard removed by hand."""
     stack.destroy(on_output=None)
+    # The switch back first: the sampler must not see a hidden node while the guard goes.
+    operator_switch(plane)
     for collection, name in guard_present(plane):
         plane.request("DELETE", f"{collection}/{name}")
-    operator_switch(plane)
     assert not hidden_nodes(plane) and not guard_present(plane)
 
 
