@@ -275,7 +275,8 @@ def test_a_nic_claim_of_an_allowed_class_is_admitted_and_allocated(plane: Contro
 
     def results() -> list[dict[str, Any]] | None:
         found = plane.request("GET", f"{RESOURCE}/namespaces/{TENANT}/resourceclaims/nic")
-        return ((found.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results")
+        allocation = (found.get("status") or {}).get("allocation") or {}
+        return list(allocation["devices"]["results"]) if allocation else None
 
     (result,) = eventually(results, seconds=60, what="the NIC claim allocated")
     assert result["driver"] == NIC_CLASS and result["device"] == "nic-0"
