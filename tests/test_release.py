@@ -124,7 +124,7 @@ def test_an_unknown_node_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
     [
         ("applied, dropped", EXIT_OK, True, "the node read again shows it released"),
         ("dropped", EXIT_UNAVAILABLE, False, "still hidden: the release was sent and not answered"),
-        ("dropped, down", EXIT_UNAVAILABLE, False, "state unknown: the release was sent and not answered"),
+        ("dropped, broken", EXIT_UNAVAILABLE, False, "state unknown: the release was sent and not answered"),
     ],
     ids=["applied", "not-applied", "unreadable"],
 )
@@ -143,7 +143,7 @@ def test_an_unanswered_release_says_what_state_the_node_is_in(
         assert f"removed {NODE_LABEL}, {DEVICE_PLUGIN_LABEL}, {GFD}" in out
     else:
         assert "run this command again" in err
-    if fault == "dropped, down":
+    if fault == "dropped, broken":
         assert f"`kubectl get node gpu-node-09 --show-labels` ({DEVICE_PLUGIN_LABEL}=false: still hidden)" in err
 
 

@@ -61,9 +61,9 @@ class Cluster:
 
 
 # A PATCH that goes unanswered: "applied, dropped" (applied, then the connection closes without an answer),
-# "dropped" (closed unapplied), "applied, silent" (applied, then no answer for SILENT_SECONDS), "dropped, down"
-# (closed unapplied, and every later request answers 503).
-PATCH_FAULTS = ("applied, dropped", "dropped", "applied, silent", "dropped, down")
+# "dropped" (closed unapplied), "applied, silent" (applied, then no answer for SILENT_SECONDS), "dropped, broken"
+# (closed unapplied, and every later request is answered with malformed JSON).
+PATCH_FAULTS = ("applied, dropped", "dropped", "applied, silent", "dropped, broken")
 SILENT_SECONDS = 5.0
 
 
@@ -208,8 +208,8 @@ class _Handler(BaseHTTPRequestHandler):
         """Close the connection without an answer (PATCH_FAULTS)."""
         if fault == "applied, silent":
             time.sleep(SILENT_SECONDS)
-        if fault == "dropped, down":
-            self.cluster.faults[:] = [503] * 100
+        if fault == "dropped, broken":
+            self.cluster.faults[:] = ["malformed"] * 100
         self.close_connection = True
 
     @staticmethod
@@ -238,7 +238,8 @@ def serve(tmp_path: Path, cluster: Cluster) -> Iterator[Path]:
     """Serve the cluster on 127.0.0.1 and yield a kubeconfig (context admin@test) that points at it."""
     handler = type("Handler", (_Handler,), {"cluster": cluster})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polled every 50 ms, not 0.5 s: shutdown() waits for the next poll, and every test that serves pays it.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(kubeconfig_for(f"http://127.0.0.1:{server.server_address[1]}"))
