@@ -13,7 +13,7 @@ from stack_config import InvalidConfigError, parse_project_config
 from tests.support.objects import only
 from tests.support.stacks import changed, node
 
-ADOPT = {
+ADOPT: dict[str, Any] = {
     "namespace": "kube-system",
     "name": "nvidia-device-plugin-pinned",
     "matchLabels": {"name": "nvidia-device-plugin-pinned"},
@@ -40,7 +40,8 @@ def test_the_adopted_daemonset_keeps_its_name_selector_and_container() -> None:
     (container,) = spec["template"]["spec"]["containers"]
     assert container["name"] == ADOPT["container"]
     # Everything else as for any plugin: its env, and one plugin pod at a time.
-    assert container["env"] == only(plain.inputs["spec"]["template"]["spec"]["containers"])["env"]
+    assert [container] != plain.inputs["spec"]["template"]["spec"]["containers"]
+    assert container["env"] == plain.inputs["spec"]["template"]["spec"]["containers"][0]["env"]
     assert spec["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     assert plain.inputs["metadata"]["namespace"] == DEFAULT_PLUGIN_NAMESPACE
 
