@@ -42,6 +42,7 @@ def test_baseline_declares_the_same_objects_as_the_program() -> None:
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow  # 8 s of real program runs: make test-all
 def test_bench_command_prints_rows() -> None:
     command = [sys.executable, "-m", "offline.bench", "--nodes", "1,3", "--repeat", "1", "--json"]
     rows = json.loads(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True).stdout)
