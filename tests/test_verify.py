@@ -178,7 +178,9 @@ def test_a_thousand_nodes_take_a_handful_of_requests(tmp_path: Path, capsys: pyt
         seconds = time.perf_counter() - start
     out = capsys.readouterr().out
     assert status == EXIT_OK, out[-2000:]
-    assert len(cluster.requests) <= 10, cluster.requests
+    # One LIST per kind whatever the size (ten, DeviceClasses and ResourceSlices among them), and a second page of
+    # nodes past the first 1,000.
+    assert len(cluster.requests) <= 11, cluster.requests
     assert out.strip().endswith("API requests") and seconds < 30
 
 
