@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,3 +296,23 @@ class ApiError(Exception):
     @property
     def message(self) -> str:
         return str(self.status.get("message", ""))
+
+
+class NotReachedError(RuntimeError):
+    """A condition poll() waited for did not come in time."""
+
+
+def poll(check: Callable[[], Any], seconds: float, what: str, *, interval: float = 0.25) -> Any:
+    """The check's first truthy result, asked every `interval` seconds; an API refusal, a failed assertion, a missing
+    key or a connection error counts as not yet. NotReachedError names `what` and the last error or result."""
+    deadline = time.monotonic() + seconds
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (ApiError, AssertionError, KeyError, OSError) as error:
+            last = error
+        time.sleep(interval)
+    raise NotReachedError(f"{what} not reached in {seconds} s: {last}")

@@ -45,7 +45,7 @@ from typing import Any
 
 from e2e import images
 from e2e.build import GPU_CARRY, LINKS, NODESET_FILE
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import ControlPlane, poll
 from e2e.images import Image
 from e2e.node import CHECKPOINT, HARDENED, Node, Toolkit
 
@@ -272,16 +272,7 @@ class Run:
         self.plane, self.node, self.uuid, self.pod_image = plane, node, uuid, pod_image
 
     def eventually(self, check: Callable[[], Any], what: str, seconds: float = WAIT_S) -> Any:
-        deadline, last = time.monotonic() + seconds, None
-        while time.monotonic() < deadline:
-            try:
-                last = check()
-                if last:
-                    return last
-            except (ApiError, KeyError, OSError) as error:
-                last = error
-            time.sleep(0.3)
-        raise RuntimeError(f"{what} not reached in {seconds} s: {last}")
+        return poll(check, seconds, what, interval=0.3)
 
     def pod(self, name: str, *, gpus: int | None = None, env: dict[str, str] | None = None, hold: bool = False,
             bound: bool = False) -> dict[str, Any]:  # fmt: skip

@@ -28,3 +28,17 @@ def unused_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+# The real tiers, by directory: marked `real` (make test deselects them) with a time limit of their own. The longest
+# real-tier test (the lifecycle) takes about a minute, a plugin roll on the node tier ten seconds; a Pulumi await
+# that cannot end takes ten minutes.
+REAL_TIERS = {"tests/real/": 300, "tests/node/": 300}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for directory, limit in REAL_TIERS.items():
+            if directory in str(item.path):
+                item.add_marker(pytest.mark.real)
+                item.add_marker(pytest.mark.timeout(limit))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,12 @@ from typing import Any
 import pytest
 
 from common.names import device_plugin_name
-from e2e.build import LINKS
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN, PROBE
 from e2e.node import Node
 from offline.render import render
+from tests.real.conftest import eventually as real_eventually
+from tests.real.conftest import linked
 from tests.support.stacks import EXPOSED, HIDDEN, write_stack
 
 NODE = "gpu-node-01"
@@ -36,25 +36,14 @@ REQUIRED = (
     "containerd-shim-runc-v2", "ctr", "runc", "nvidia-container-runtime", "pause", "probe", "hidden-gpu-test-plugin",
 )  # fmt: skip
 # A pod starts in a few seconds here; a plugin roll and re-registration in about ten.
-NODE_TEST_TIMEOUT_S = 300
 WAIT_S = 90.0
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/node/" in str(item.path):
-            item.add_marker(pytest.mark.real)
-            item.add_marker(pytest.mark.timeout(NODE_TEST_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")
 def node_bin_dir() -> Path:
     if os.geteuid() != 0:
         pytest.fail("the node tier runs containerd and a kubelet: run it as root")
-    missing = [name for name in REQUIRED if not (LINKS / name).exists()]
-    if missing:
-        pytest.fail(f"no {', '.join(missing)} in {LINKS}: build them first with python -m e2e.build (make e2e does)")
-    return LINKS
+    return linked(REQUIRED)
 
 
 @pytest.fixture(scope="session")
@@ -119,17 +108,7 @@ def apply_render(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
 
 
 def eventually(check: Callable[[], Any], what: str, seconds: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + seconds
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (ApiError, AssertionError, KeyError) as error:
-            last = error
-        time.sleep(0.3)
-    pytest.fail(f"{what} not reached in {seconds} s: {last}")
+    return real_eventually(check, seconds, what)
 
 
 def plugin_pod(plane: ControlPlane, strategy: str) -> dict[str, Any]:

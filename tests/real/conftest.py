@@ -5,8 +5,7 @@ ClusterPolicy kind."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 
 from common.names import OPERATOR_NAMESPACE
 from e2e.build import GROUPS, LINKS
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import ControlPlane, NotReachedError, poll
 
 TENANT = "ml-team"
 TENANT_NAMESPACES = (TENANT, "ml-training", "ml-inference")
@@ -24,23 +23,9 @@ GPU_NODES = {"gpu-node-01": 8, "gpu-node-02": 8}
 REQUIRED = tuple(name for group in GROUPS if not group.gpu_host for name in group.binaries)
 
 
-# The longest test here (the lifecycle) takes about a minute; a Pulumi await that cannot end takes ten.
-REAL_TEST_TIMEOUT_S = 300
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/real/" in str(item.path):
-            item.add_marker(pytest.mark.real)
-            item.add_marker(pytest.mark.timeout(REAL_TEST_TIMEOUT_S))
-
-
 @pytest.fixture(scope="session")
 def bin_dir() -> Path:
-    missing = [name for name in REQUIRED if not (LINKS / name).exists()]
-    if missing:
-        pytest.fail(f"no {', '.join(missing)} in {LINKS}: build them first with python -m e2e.build (make e2e does)")
-    return LINKS
+    return linked(REQUIRED)
 
 
 @contextmanager
@@ -152,15 +137,16 @@ def set_node_status(plane: ControlPlane, name: str, gpus: int) -> None:
 
 
 def eventually(check: Callable[[], Any], seconds: float = 30.0, what: str = "condition") -> Any:
-    """The check's first truthy result, polling; fails with the last error or result after `seconds`."""
-    deadline = time.monotonic() + seconds
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (ApiError, AssertionError, KeyError) as error:
-            last = error
-        time.sleep(0.25)
-    pytest.fail(f"{what} not reached in {seconds} s: {last}")
+    """The check's first truthy result, polling; fails the test with the last error or result after `seconds`."""
+    try:
+        return poll(check, seconds, what)
+    except NotReachedError as error:
+        pytest.fail(str(error))
+
+
+def linked(required: Iterable[str]) -> Path:
+    """e2e/.bin, once every binary a tier needs is linked there."""
+    missing = [name for name in required if not (LINKS / name).exists()]
+    if missing:
+        pytest.fail(f"no {', '.join(missing)} in {LINKS}: build them first with python -m e2e.build (make e2e does)")
+    return LINKS

@@ -66,6 +66,21 @@ def stack_config() -> dict[str, Any]:
     }
 
 
+def published(driver: str, node: str, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """A driver's ResourceSlice for a node, its one pool named after the node (as NVIDIA's driver names it)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
 def resource_slice(node: str) -> dict[str, Any]:
     """What NVIDIA's kubelet plugin publishes for a node: every GPU NVML sees, hidden ones included (it has no
     per-UUID filter: cmd/gpu-kubelet-plugin/nvlib.go), hidden first here so a first-fit allocator meets them first."""
@@ -75,32 +90,12 @@ def resource_slice(node: str) -> dict[str, Any]:
         for minor, uuid in enumerate([*hidden, *exposed])
     ]
     devices.append({"name": "nic-0", "attributes": {"type": {"string": "nic"}}})  # no uuid: never selected
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{NVIDIA_DRA_DRIVER}"},
-        "spec": {
-            "driver": NVIDIA_DRA_DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
+    return published(NVIDIA_DRA_DRIVER, node, devices)
 
 
 def nic_slice(node: str) -> dict[str, Any]:
     """A NIC driver's slice for the node: one device, for the allowed class."""
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-{NIC_CLASS}"},
-        "spec": {
-            "driver": NIC_CLASS,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "nic-0", "attributes": {"model": {"string": "test-nic"}}}],
-        },
-    }
+    return published(NIC_CLASS, node, [{"name": "nic-0", "attributes": {"model": {"string": "test-nic"}}}])
 
 
 @pytest.fixture(scope="module")
