@@ -1,0 +1,139 @@
+"""The other half of each route on the real node (issue 30): with the rendered guard applied, the API server denies
+the routes tests/node/test_defaults.py shows reaching hidden GPUs under the toolkit's defaults, each by its rule,
+while the allocated pod still runs and sees exactly its GPU; and host.audit reading this kubelet's PodResources
+socket and the pods' real cgroups. NVML is the one stand-in here (a host record naming the node's GPUs and which
+process runs where): no GPU in CI."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.controlplane import ControlPlane
+from e2e.node import Node, Toolkit
+from host import audit
+from tests.node.conftest import (
+    NODE,
+    TENANT,
+    allocated,
+    apply_render,
+    delete_pods,
+    eventually,
+    plugin_pod,
+    probe_pod,
+    rendered_objects,
+    run_probe,
+    seen,
+    stack,
+)
+from tests.real.harness import denial, rule_in
+from tests.support.stacks import EXPOSED, HIDDEN, write_stack
+
+Pod = dict[str, Any]
+GUARD_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+STRATEGY = "envvar"
+
+
+@pytest.fixture(scope="module")
+def guarded(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pod]:
+    """The whole render, guard included, under the toolkit's defaults; the guard removed again afterwards (the
+    modules after this one run routes without it)."""
+    node.toolkit(Toolkit())
+    objects = rendered_objects(tmp_path_factory.mktemp("render"), STRATEGY, guard=True)
+    apply_render(node_plane, objects)
+    pod = eventually(lambda: plugin_pod(node_plane, STRATEGY), "the plugin pod Running")
+    probe = probe_pod("zero-gpus", gpus=0)
+    eventually(lambda: "hidden-gpu guard" in (denial(node_plane, probe, namespace=TENANT, identity="admin") or ""),
+               "the guard in force")  # fmt: skip
+    yield pod
+    delete_pods(node_plane, node)
+    for obj in objects:
+        if obj["kind"] in GUARD_KINDS:
+            node_plane.request("DELETE", node_plane.path(obj))
+    eventually(lambda: denial(node_plane, probe, namespace=TENANT, identity="admin") is None, "the guard gone")
+
+
+@pytest.mark.parametrize(
+    ("pod", "rule"),
+    [
+        (probe_pod("zero-gpus", gpus=0), "gpu-runtime-needs-a-request"),
+        (probe_pod("env-hidden", env={"NVIDIA_VISIBLE_DEVICES": HIDDEN[0]}), "gpu-runtime-needs-a-request"),
+        (probe_pod("env-hidden-with-gpu", gpus=1, env={"NVIDIA_VISIBLE_DEVICES": HIDDEN[0]}), "visible-devices-env"),
+        (probe_pod("unserved-by-name", gpus=1, node_name=NODE), "node-name"),
+    ],
+    ids=["zero-quantity", "variable-without-request", "variable-beside-a-request", "bound-by-name"],
+)
+def test_the_guard_denies_what_reached_hidden_gpus(
+    node_plane: ControlPlane, guarded: Pod, pod: dict[str, Any], rule: str
+) -> None:
+    assert rule_in(denial(node_plane, pod, namespace=TENANT, identity="admin")) == rule
+
+
+def test_the_allocated_pod_still_runs_under_the_guard(node_plane: ControlPlane, node: Node, guarded: Pod) -> None:
+    result = run_probe(node_plane, node, probe_pod("one-gpu", gpus=1))
+    assert allocated(node, result["pod"]) == [EXPOSED]
+    assert seen(result["lines"]) == {EXPOSED}
+    delete_pods(node_plane, node)
+
+
+def probe_pid(pod_uid: str) -> int:
+    """The host PID of the sleeping probe in this pod, found through its cgroup as host.audit finds pods."""
+    wanted = pod_uid.replace("-", "_")
+    for proc in Path("/proc").iterdir():
+        try:
+            ours = proc.name.isdigit() and b"probe" in (proc / "cmdline").read_bytes()
+            if ours and wanted in (proc / "cgroup").read_text().replace("-", "_"):
+                return int(proc.name)
+        except OSError:
+            continue
+    raise AssertionError(f"no probe process of pod {pod_uid}")
+
+
+def test_audit_reads_this_kubelet_and_the_pods_cgroups(
+    node_plane: ControlPlane, node: Node, guarded: Pod, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real kubelet's PodResources answer (allocatable = the exposed UUID, allocated to the holder), the real
+    cgroup path containerd and runc gave the holder's process, the kubelet's own log directory for its name. The
+    process on its allocated GPU is clean; the same process shown on a hidden GPU is a violation naming the pod."""
+    holder = run_probe(node_plane, node, probe_pod("holder", gpus=1, sleep=True))["pod"]
+    pid = probe_pid(holder["metadata"]["uid"])
+    stack_file = write_stack(tmp_path, stack(STRATEGY), name="node")
+    logs = tmp_path / "log"
+    logs.mkdir()
+    # The kubelet's podLogsDir, where /var/log/pods would be; the container links it keeps at a fixed path.
+    (logs / "pods").symlink_to(node.root / "pod-logs")
+    (logs / "containers").symlink_to("/var/log/containers")
+
+    def scan(on: str) -> tuple[int, str]:
+        record = tmp_path / f"record-{on}.json"
+        record.write_text(
+            json.dumps([{"uuid": u, "processes": [{"pid": pid}] if u == on else []} for u in [EXPOSED, *HIDDEN]])
+        )
+        socket = node.root / "kubelet/root/pod-resources/kubelet.sock"
+        status = audit.main(
+            [
+                "--stack-file",
+                str(stack_file),
+                "--node",
+                NODE,
+                "--record",
+                str(record),
+                "--log-root",
+                str(logs),
+                "--pod-resources-socket",
+                str(socket),
+            ]
+        )
+        return status, capsys.readouterr().out
+
+    status, out = scan(EXPOSED)
+    assert status == 0, out
+    assert "kubelet PodResources: read" in out and f"pid {pid}: pod {TENANT}/holder container probe" in out
+    status, out = scan(HIDDEN[0])
+    assert status == 1, out
+    assert f"pid {pid}: a pod uses a hidden GPU" in out and f"{TENANT}/holder" in out
+    delete_pods(node_plane, node)
