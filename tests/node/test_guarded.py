@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from cluster import verify
 from e2e.controlplane import ControlPlane
 from e2e.node import Node, Toolkit
 from host import audit
@@ -137,3 +138,19 @@ def test_audit_reads_this_kubelet_and_the_pods_cgroups(
     assert status == 1, out
     assert f"pid {pid}: a pod uses a hidden GPU" in out and f"{TENANT}/holder" in out
     delete_pods(node_plane, node)
+
+
+def test_verify_passes_against_this_node(
+    node_plane: ControlPlane, guarded: Pod, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """cluster.verify with the whole render applied: the node's capacity and allocatable as the real kubelet reports
+    them after the plugin registered, the plugin pod Ready with the exposed UUID, labels, guard, record."""
+    stack_file = write_stack(tmp_path, stack(STRATEGY), name="node")
+    kubeconfig = str(node_plane.kubeconfig("admin"))
+    status = verify.main(["--stack-file", str(stack_file), "--kubeconfig", kubeconfig, "--json", "--deadline", "30"])
+    report = json.loads(capsys.readouterr().out)
+    failed = [c for c in report["checks"] if not c["ok"]]
+    assert status == 0 and failed == [], failed
+    rows = {f"{c['scope']} {c['what']}": c["actual"] for c in report["checks"]}
+    assert rows[f"{NODE} allocatable nvidia.com/gpu"] == "1"
+    assert rows[f"{NODE} plugin NVIDIA_VISIBLE_DEVICES"] == EXPOSED
