@@ -1,0 +1,72 @@
+"""`pulumi up` of a stack on the real node (issue 30): the real engine and provider create the program's objects, the
+provider's DaemonSet await waits for the plugin pod the real kubelet runs, the kubelet then offers exactly the
+exposed UUID, and a preview after has nothing to do. The stack names the stand-in plugin's image (imported on the
+node, pull policy IfNotPresent as rendered), so nothing is substituted after the program. The guard it leaves
+(retained on delete, by design) is removed by hand afterwards: the modules after this one run routes without it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, POLICY_NAME, device_plugin_name
+from e2e.controlplane import ControlPlane
+from e2e.images import PLUGIN
+from e2e.node import Node, Toolkit
+from tests.node.conftest import GPU, NODE, PLUGIN_NAMESPACE, delete_pods, eventually, plugin_pod, stack
+from tests.real.harness import pulumi_stack
+from tests.support.stacks import EXPOSED
+
+STRATEGY = "envvar"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def pods_of_plugin(plane: ControlPlane) -> list[Any]:
+    return list(plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")["items"])
+
+
+@pytest.fixture(scope="module")
+def upped(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[auto.Stack]:
+    node.toolkit(Toolkit())
+    # The modules before applied the render by hand (another strategy, another field manager): this `up` starts
+    # from a node without a plugin, as a first `up` does. Taking over a plugin someone else applied is adoption's.
+    plugins = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets"
+    node_plane.request("DELETE", f"{plugins}/{device_plugin_name(NODE)}")
+    eventually(lambda: not pods_of_plugin(node_plane), "the earlier plugin pods gone")
+    work = tmp_path_factory.mktemp("pulumi")
+    config: dict[str, Any] = stack(STRATEGY)
+    config["hidden-gpu:devicePlugin"]["image"] = PLUGIN.name
+    config["kubernetes:kubeconfig"] = str(node_plane.kubeconfig("admin"))
+    (work / "Pulumi.nodeup.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+    deployed = pulumi_stack(work, "nodeup")
+    deployed.up(on_output=None)
+    yield deployed
+    deployed.destroy(on_output=None)
+    delete_pods(node_plane, node)
+    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME):
+            node_plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
+
+
+def test_up_runs_the_plugin_on_the_real_kubelet(node_plane: ControlPlane, node: Node, upped: auto.Stack) -> None:
+    pod = eventually(lambda: plugin_pod(node_plane, STRATEGY), "the plugin pod Running")
+    assert pod["spec"]["containers"][0]["image"] == PLUGIN.name
+    eventually(
+        lambda: node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [EXPOSED],
+        "the checkpoint's RegisteredDevices = the exposed UUID",
+    )
+    assert node.node()["status"]["allocatable"].get(GPU) == "1"
+    assert node.node()["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "false"
+    upped.preview(expect_no_changes=True)
+    assert NODE in str(upped.outputs()["nodes"].value)
+
+
+def test_up_took_the_stacks_state_not_a_hand_apply(upped: auto.Stack) -> None:
+    exported = upped.export_stack().deployment
+    assert exported is not None
+    types = {r["type"] for r in exported["resources"]}
+    assert {"kubernetes:apps/v1:DaemonSet", "kubernetes:core/v1:NodePatch"} <= types, types
