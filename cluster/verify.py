@@ -36,7 +36,6 @@ from common.names import (
     DRA_GROUP,
     DRA_VERSION,
     FIELD_MANAGER,
-    GPU_QUOTA_KEY,
     GPU_RESOURCE,
     INSTANCE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
@@ -61,7 +60,7 @@ from components.guard_rules import (
     void_mutation,
     void_variables,
 )
-from components.node_labels import node_labels, runtime_class_of
+from components.node_labels import gpu_device_classes, node_labels, quota_hard, runtime_class_of
 from components.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
@@ -256,11 +255,11 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
         yield from _check_guard_policy(declared, args, live)
     if args.add_void:
         yield from _check_void_policy(live)
+    classes = sorted(gpu_device_classes(stack))
     for namespace, limit in sorted(stack.quotas.items()):
-        quota = live.quotas.get((namespace, QUOTA_NAME))
-        hard = ((quota or {}).get("spec") or {}).get("hard") or {}
-        actual = hard.get(GPU_QUOTA_KEY, "<missing>") if quota else "<missing>"
-        yield Check(namespace, f"ResourceQuota {GPU_QUOTA_KEY}", str(limit), str(actual))
+        hard = ((live.quotas.get((namespace, QUOTA_NAME)) or {}).get("spec") or {}).get("hard") or {}
+        for key, wanted in quota_hard(limit, classes).items():
+            yield Check(namespace, f"ResourceQuota {key}", wanted, str(hard.get(key, "<missing>")))
 
 
 def _check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) -> Iterator[Check]:
@@ -360,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         live = Live.read(reader, stack.device_plugin.namespace, mutating=stack.guard.add_void, adopted=adopted)
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
-        checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices, live.quotas)]
+        checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices)]
         failed = [c for c in checks if not c.ok]
         compared.append(checks)
         if args.json:

@@ -5,7 +5,8 @@ from typing import NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import GPU_QUOTA_KEY, PART_OF, PART_OF_LABEL, QUOTA_NAME, Token, dra_quota_key
+from common.names import PART_OF, PART_OF_LABEL, QUOTA_NAME, Token
+from components.node_labels import quota_hard
 
 
 class GpuQuotasArgs(TypedDict):
@@ -14,11 +15,6 @@ class GpuQuotasArgs(TypedDict):
     device_classes: NotRequired[list[str]]
     """The stack's GPU DeviceClasses: each is capped at the same number of devices per namespace (a quota caps one
     resource name at a time, so the plugin's GPUs and each class's are counted apart)."""
-
-
-def quota_hard(limit: int, device_classes: list[str]) -> dict[str, str]:
-    """The quota's hard limits: nvidia.com/gpu requests, and the devices claims of each GPU class allocate."""
-    return {GPU_QUOTA_KEY: str(limit)} | {dra_quota_key(name): str(limit) for name in sorted(device_classes)}
 
 
 class GpuQuotas(pulumi.ComponentResource):

@@ -8,9 +8,11 @@ import json
 from common.names import (
     DEVICE_PLUGIN_LABEL,
     DRA_UUID_ATTRIBUTE,
+    GPU_QUOTA_KEY,
     NODE_LABEL,
     OPERAND_LABELS,
     POOL_LABEL,
+    dra_quota_key,
     pool_class_name,
     runtime_class_name,
 )
@@ -45,6 +47,12 @@ def device_selector(driver: str, uuids: list[str]) -> str:
         f"device.driver == {json.dumps(driver)} && {json.dumps(DRA_UUID_ATTRIBUTE)} in {attributes}"
         f" && {attributes}.{DRA_UUID_ATTRIBUTE} in {json.dumps(uuids)}"
     )
+
+
+def quota_hard(limit: int, device_classes: list[str]) -> dict[str, str]:
+    """A namespace quota's hard limits: nvidia.com/gpu requests, and the devices claims of each GPU class allocate
+    (cluster.verify compares the live quota with them)."""
+    return {GPU_QUOTA_KEY: str(limit)} | {dra_quota_key(name): str(limit) for name in sorted(device_classes)}
 
 
 def node_labels(node: NodeConfig) -> dict[str, str]:
