@@ -125,6 +125,10 @@ GROUPS = (
     # Our own programs for the node tier's images: pause, probe, and the stand-in device plugin.
     Group("node", {n: f"hidden-gpu.test/e2e/node/cmd/{n}" for n in ("pause", "probe", "hidden-gpu-test-plugin")},
           "", own_source=True),
+    # The node tier's stand-in for NVIDIA's DRA kubelet plugin (tests/node/test_dra_claim.py): client-go keeps it
+    # out of the node group, which the GPU host carries.
+    Group("dra", {"hidden-gpu-test-dra-plugin": "hidden-gpu.test/e2e/dra/cmd/hidden-gpu-test-dra-plugin"},
+          "k8s.io/dynamic-resource-allocation", own_source=True),
     # The real tier's stand-in for the kubelets of its nodes (pod and node status; tests/real/harness.py).
     Group("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}, "sigs.k8s.io/kwok"),
 )  # fmt: skip

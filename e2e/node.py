@@ -325,10 +325,31 @@ class Node:
         self._spawn(
             "kubelet",
             [str(self.bin_dir / "kubelet"), f"--config={k / 'config.yaml'}",
-             f"--kubeconfig={self.plane.kubeconfig(identity)}", f"--root-dir={k / 'root'}", f"--cert-dir={k / 'pki'}",
-             f"--hostname-override={self.name}", "--v=1"],
+             f"--kubeconfig={self.plane.kubeconfig(identity)}", f"--root-dir={self.kubelet_root}",
+             f"--cert-dir={k / 'pki'}", f"--hostname-override={self.name}", "--v=1"],
             dict(os.environ),
         )  # fmt: skip
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet/root"
+
+    def start_dra_plugin(self, kubeconfig: Path, driver: str, gpus: list[str]) -> None:
+        """The stand-in for NVIDIA's DRA kubelet plugin (e2e/go/dra) as a host process, where NVIDIA's runs as a pod
+        with the same directories mounted: it registers through the kubelet's plugins_registry and publishes `gpus`
+        (each GPU's minor number is its place there) in a ResourceSlice for this node, as `kubeconfig`'s identity."""
+        data = self.kubelet_root / "plugins" / driver
+        data.mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            "dra-plugin",
+            [str(self.bin_dir / "hidden-gpu-test-dra-plugin"), f"--kubeconfig={kubeconfig}", f"--node={self.name}",
+             f"--driver={driver}", f"--gpus={','.join(gpus)}",
+             f"--registrar-dir={self.kubelet_root / 'plugins_registry'}", f"--plugin-dir={data}"],
+            dict(os.environ),
+        )  # fmt: skip
+
+    def stop_dra_plugin(self) -> None:
+        self._terminate("dra-plugin")
 
     def _spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
         with (self.root / f"{name}.log").open("ab") as log:
@@ -397,6 +418,7 @@ class Node:
     def stop(self) -> None:
         """The kubelet first, then every container (ctr), containerd, leftover mounts, the kubelet's pod cgroups;
         the device-plugins directory emptied and the kubelet's sysctls restored."""
+        self._terminate("dra-plugin")
         self._terminate("kubelet")
         if "containerd" in self.processes and self.processes["containerd"].poll() is None:
             self._remove_containers()

@@ -9,6 +9,9 @@ python -m e2e.build links into e2e/.bin."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,9 +23,11 @@ from common.names import device_plugin_name
 from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN, PROBE
 from e2e.node import Node
+from host import audit
 from offline.render import render
 from tests.real.conftest import eventually as real_eventually
 from tests.real.conftest import linked
+from tests.real.harness import denial
 from tests.support.stacks import EXPOSED, HIDDEN, write_stack
 
 NODE = "gpu-node-01"
@@ -30,11 +35,15 @@ TENANT = "ml-team"
 PLUGIN_NAMESPACE = "hidden-gpu-system"
 GPU = "nvidia.com/gpu"
 RUNTIME_CLASS = f"hidden-gpu-{NODE}"
+# The identity NVIDIA's DRA kubelet plugin publishes its ResourceSlices as (test_dra_claim.py).
+DRA_DRIVER = "dra-driver"
 # What the node tier runs, by the names e2e.build links.
 REQUIRED = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
     "containerd-shim-runc-v2", "ctr", "runc", "nvidia-container-runtime", "pause", "probe", "hidden-gpu-test-plugin",
+    "hidden-gpu-test-dra-plugin",
 )  # fmt: skip
+GUARD_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 # A pod starts in a few seconds here; a plugin roll and re-registration in about ten.
 WAIT_S = 90.0
 
@@ -53,7 +62,7 @@ def node_plane(node_bin_dir: Path) -> Iterator[ControlPlane]:
     with ControlPlane.start(
         node_bin_dir,
         controllers=("node-lifecycle-controller",),
-        identities={f"system:node:{NODE}": ["system:nodes"]},
+        identities={f"system:node:{NODE}": ["system:nodes"], DRA_DRIVER: ["hidden-gpu:dra-drivers"]},
     ) as plane:
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
         yield plane
@@ -81,12 +90,15 @@ def stack(strategy: str) -> dict[str, Any]:
     }
 
 
-def rendered_objects(tmp: Path, strategy: str, *, guard: bool) -> list[dict[str, Any]]:
-    """The render of stack(strategy), as `make render` writes it; without the guard's policies unless asked.
+def rendered_objects(
+    tmp: Path, strategy: str, *, guard: bool, config: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The render of stack(strategy) (or of `config`), as `make render` writes it; without the guard's policies
+    unless asked.
     The one change: the plugin DaemonSet's image is the stand-in's (e2e/go/node/cmd/hidden-gpu-test-plugin),
     imported locally (pull policy Never), since NVIDIA's plugin image cannot be had here. Every other field,
     its security context, seccomp profile, mounts, env and runtime class included, is the render's."""
-    rendered = render(write_stack(tmp, stack(strategy), name="node"))
+    rendered = render(write_stack(tmp, config or stack(strategy), name="node"))
     objects = []
     for name, obj in sorted(rendered.files.items()):
         if not guard and name.startswith("validatingadmissionpolicy"):
@@ -105,6 +117,16 @@ def rendered_objects(tmp: Path, strategy: str, *, guard: bool) -> list[dict[str,
 def apply_render(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
     for obj in objects:
         plane.apply(obj, manager="hidden-gpu")
+
+
+def remove_guard(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
+    """Delete the render's admission policies and bindings and wait until a denied pod is admitted again: the modules
+    after the one that applied them run routes without the guard."""
+    for obj in objects:
+        if obj["kind"] in GUARD_KINDS:
+            plane.request("DELETE", plane.path(obj))
+    probe = probe_pod("zero-gpus", gpus=0)
+    eventually(lambda: denial(plane, probe, namespace=TENANT, identity="admin") is None, "the guard gone")
 
 
 def eventually(check: Callable[[], Any], what: str, seconds: float = WAIT_S) -> Any:
@@ -162,14 +184,14 @@ def probe_pod(
 def run_probe(plane: ControlPlane, node: Node, pod: dict[str, Any]) -> dict[str, Any]:
     """Create the pod and wait until its probe has printed everything; returns the pod and what it saw."""
     created = plane.create(pod)
-    name = created["metadata"]["name"]
+    namespace, name = created["metadata"]["namespace"], created["metadata"]["name"]
 
     def printed() -> dict[str, Any] | None:
-        current = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/{name}")
+        current = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
         phase = current["status"].get("phase")
         if phase == "Failed":
             return {"pod": current, "lines": []}
-        lines = node.logs(TENANT, name) if phase in ("Running", "Succeeded") else []
+        lines = node.logs(namespace, name) if phase in ("Running", "Succeeded") else []
         return {"pod": current, "lines": lines} if "done" in lines else None
 
     result: dict[str, Any] = eventually(printed, f"pod {name} printed its view")
@@ -206,3 +228,24 @@ def alloc_response(node: Node, pod: dict[str, Any]) -> bytes:
         if entry["PodUID"] == pod["metadata"]["uid"] and entry["ResourceName"] == GPU:
             return base64.b64decode(entry["AllocResp"])
     return b""
+
+
+def run_audit(node: Node, tmp: Path, stack_file: Path, gpus: list[str], pids: dict[str, int]) -> tuple[int, str]:
+    """host.audit on this node: the real kubelet's PodResources socket, its pod log directory and the pods' real
+    cgroups. NVML is the stand-in: a host record of `gpus` (minor number = place), `pids[uuid]` a process on it."""
+    record = tmp / "record.json"
+    record.write_text(json.dumps([{"uuid": u, "processes": [{"pid": pids[u]}] if u in pids else []} for u in gpus]))
+    logs = tmp / "log"
+    if not logs.exists():
+        logs.mkdir()
+        # The kubelet's podLogsDir, where /var/log/pods would be; the container links it keeps at a fixed path.
+        (logs / "pods").symlink_to(node.root / "pod-logs")
+        (logs / "containers").symlink_to("/var/log/containers")
+    socket = node.kubelet_root / "pod-resources/kubelet.sock"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = audit.main(
+            ["--stack-file", str(stack_file), "--node", NODE, "--record", str(record), "--log-root", str(logs),
+             "--pod-resources-socket", str(socket)]
+        )  # fmt: skip
+    return status, out.getvalue()

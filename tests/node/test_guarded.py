@@ -16,7 +16,6 @@ import pytest
 from cluster import verify
 from e2e.controlplane import ControlPlane
 from e2e.node import Node, Toolkit
-from host import audit
 from tests.node.conftest import (
     NODE,
     TENANT,
@@ -26,7 +25,9 @@ from tests.node.conftest import (
     eventually,
     plugin_pod,
     probe_pod,
+    remove_guard,
     rendered_objects,
+    run_audit,
     run_probe,
     seen,
     stack,
@@ -35,7 +36,6 @@ from tests.real.harness import denial, rule_in
 from tests.support.stacks import EXPOSED, HIDDEN, write_stack
 
 Pod = dict[str, Any]
-GUARD_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 STRATEGY = "envvar"
 
 
@@ -52,10 +52,7 @@ def guarded(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempP
                "the guard in force")  # fmt: skip
     yield pod
     delete_pods(node_plane, node)
-    for obj in objects:
-        if obj["kind"] in GUARD_KINDS:
-            node_plane.request("DELETE", node_plane.path(obj))
-    eventually(lambda: denial(node_plane, probe, namespace=TENANT, identity="admin") is None, "the guard gone")
+    remove_guard(node_plane, objects)
 
 
 @pytest.mark.parametrize(
@@ -95,7 +92,7 @@ def probe_pid(pod_uid: str) -> int:
 
 
 def test_audit_reads_this_kubelet_and_the_pods_cgroups(
-    node_plane: ControlPlane, node: Node, guarded: Pod, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    node_plane: ControlPlane, node: Node, guarded: Pod, tmp_path: Path
 ) -> None:
     """The real kubelet's PodResources answer (allocatable = the exposed UUID, allocated to the holder), the real
     cgroup path containerd and runc gave the holder's process, the kubelet's own log directory for its name. The
@@ -103,33 +100,9 @@ def test_audit_reads_this_kubelet_and_the_pods_cgroups(
     holder = run_probe(node_plane, node, probe_pod("holder", gpus=1, sleep=True))["pod"]
     pid = probe_pid(holder["metadata"]["uid"])
     stack_file = write_stack(tmp_path, stack(STRATEGY), name="node")
-    logs = tmp_path / "log"
-    logs.mkdir()
-    # The kubelet's podLogsDir, where /var/log/pods would be; the container links it keeps at a fixed path.
-    (logs / "pods").symlink_to(node.root / "pod-logs")
-    (logs / "containers").symlink_to("/var/log/containers")
 
     def scan(on: str) -> tuple[int, str]:
-        record = tmp_path / f"record-{on}.json"
-        record.write_text(
-            json.dumps([{"uuid": u, "processes": [{"pid": pid}] if u == on else []} for u in [EXPOSED, *HIDDEN]])
-        )
-        socket = node.root / "kubelet/root/pod-resources/kubelet.sock"
-        status = audit.main(
-            [
-                "--stack-file",
-                str(stack_file),
-                "--node",
-                NODE,
-                "--record",
-                str(record),
-                "--log-root",
-                str(logs),
-                "--pod-resources-socket",
-                str(socket),
-            ]
-        )
-        return status, capsys.readouterr().out
+        return run_audit(node, tmp_path, stack_file, [EXPOSED, *HIDDEN], {on: pid})
 
     status, out = scan(EXPOSED)
     assert status == 0, out

@@ -1,0 +1,196 @@
+"""Allocated DRA claims through the real kubelet and runtime (issue 31): a DRA driver's kubelet plugin registers with
+this node's kubelet and publishes every GPU of the node, hidden ones first; the real scheduler allocates tenants'
+claims of the stack's DeviceClass (hidden-gpu:dra); the kubelet has the plugin prepare them and hands their CDI
+devices to containerd, which injects them; the container prints what it got. Then the same claim where the guard
+does not judge (kube-system, exempt by default): the kubelet hands out a hidden GPU, which host.audit reports from
+the kubelet's PodResources `dynamic_resources`.
+
+The stand-ins: NVIDIA's DRA kubelet plugin (e2e/go/dra, on the DRA helper library NVIDIA's driver uses), run as a
+host process; the node's CDI spec (a GPU is a marker); NVML in host.audit (a host record)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from common.names import NVIDIA_DRA_DRIVER
+from e2e.controlplane import ControlPlane
+from e2e.node import Node
+from tests.node.conftest import (
+    DRA_DRIVER,
+    NODE,
+    TENANT,
+    apply_render,
+    eventually,
+    probe_pod,
+    remove_guard,
+    rendered_objects,
+    run_audit,
+    run_probe,
+    seen,
+    stack,
+)
+from tests.real.harness import denial, rule_in
+from tests.support.routes import claim, exactly
+from tests.support.stacks import EXPOSED, HIDDEN, write_stack
+
+# Minor-number order, as the plugin publishes them (gpu-<minor>): hidden first, so a first-fit allocator meets them
+# before the exposed one.
+GPUS = [*HIDDEN, EXPOSED]
+CLAIMS = 3  # more than the one exposed GPU, created at once
+EXEMPT = "kube-system"
+RESOURCE = "/apis/resource.k8s.io/v1"
+# NVIDIA's own class, as its chart creates it: every device of the driver.
+NVIDIA_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": NVIDIA_DRA_DRIVER},
+    "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{NVIDIA_DRA_DRIVER}'"}}]},
+}
+
+
+def config() -> dict[str, Any]:
+    return {**stack("envvar"), "hidden-gpu:dra": {}}
+
+
+@pytest.fixture(scope="module")
+def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The render with the guard and hidden-gpu:dra applied, NVIDIA's class beside it, the driver's plugin started
+    and its slice published; yields the stack's DeviceClass for the node."""
+    objects = rendered_objects(tmp_path_factory.mktemp("dra"), "envvar", guard=True, config=config())
+    (device_class,) = [o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass"]
+    apply_render(node_plane, objects)
+    node_plane.apply(NVIDIA_CLASS, manager="nvidia-dra-driver-chart")
+    # The ClusterRole NVIDIA's chart gives its kubelet plugin, in the part this plugin uses.
+    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DRA_DRIVER}
+    node_plane.apply(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": DRA_DRIVER},
+         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["*"]},
+                   {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+                   {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}
+    )  # fmt: skip
+    node_plane.apply(
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": DRA_DRIVER},
+         "roleRef": role,
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:dra-drivers"}]}
+    )  # fmt: skip
+    node.start_dra_plugin(node_plane.kubeconfig(DRA_DRIVER), NVIDIA_DRA_DRIVER, GPUS)
+    eventually(lambda: published(node_plane) == GPUS, "the driver's ResourceSlice")
+    eventually(
+        lambda: "hidden-gpu guard" in (denial(node_plane, claim(exactly(NVIDIA_DRA_DRIVER)), identity="admin") or ""),
+        "the claims policy in force",
+    )
+    yield device_class
+    for namespace in (TENANT, EXEMPT):
+        for kind in ("pods", "resourceclaims"):
+            prefix = "/api/v1" if kind == "pods" else RESOURCE
+            node_plane.request("DELETE", f"{prefix}/namespaces/{namespace}/{kind}?labelSelector=test%3Ddra")
+    eventually(lambda: not dra_pods(node_plane), "the DRA pods gone")
+    node.stop_dra_plugin()
+    remove_guard(node_plane, objects)
+
+
+def published(plane: ControlPlane) -> list[str]:
+    """The UUIDs in this node's slices of NVIDIA's driver, by device name (gpu-<minor>) order."""
+    slices = plane.request("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName%3D{NODE}")["items"]
+    devices = {
+        d["name"]: d["attributes"]["uuid"]["string"]
+        for s in slices
+        if s["spec"]["driver"] == NVIDIA_DRA_DRIVER
+        for d in s["spec"]["devices"]
+    }
+    return [devices[name] for name in sorted(devices, key=lambda n: int(n.split("-")[1]))]
+
+
+def dra_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    return [
+        p
+        for namespace in (TENANT, EXEMPT)
+        for p in plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=test%3Ddra")["items"]
+    ]
+
+
+def claim_pod(name: str, claim_name: str, namespace: str = TENANT) -> dict[str, Any]:
+    """A sleeping probe whose one container uses the claim `claim_name`, under the default runtime (runc): containerd
+    injects a claim's CDI devices itself. Under an NVIDIA runtime class the image's NVIDIA_VISIBLE_DEVICES would
+    decide too, and the guard asks for a request or `void` there (rule gpu-runtime-needs-a-request)."""
+    pod = probe_pod(name, sleep=True)
+    del pod["spec"]["runtimeClassName"]
+    pod["metadata"] |= {"namespace": namespace, "labels": {"test": "dra"}}
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return pod
+
+
+def new_claim(plane: ControlPlane, name: str, device_class: str, namespace: str = TENANT) -> None:
+    obj = claim(exactly(device_class, name="gpu"))
+    obj["metadata"] = {"name": name, "namespace": namespace, "labels": {"test": "dra"}}
+    plane.create(obj)
+
+
+def allocated_uuids(plane: ControlPlane, namespace: str, name: str) -> list[str]:
+    live = plane.request("GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}")
+    results = ((live.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    return [GPUS[int(r["device"].split("-")[1])] for r in results if r["driver"] == NVIDIA_DRA_DRIVER]
+
+
+def test_the_plugin_publishes_every_gpu_of_the_node(node_plane: ControlPlane, gpu_class: str) -> None:
+    """As NVIDIA's driver does: no per-UUID filter, so the hidden GPUs are in the slice; only the class keeps them."""
+    assert published(node_plane) == GPUS
+
+
+def test_claims_of_the_stack_class_get_the_exposed_gpu_only(
+    node_plane: ControlPlane, node: Node, gpu_class: str, tmp_path: Path
+) -> None:
+    """Three claims and their pods at once, for the one exposed GPU: one pod runs and sees exactly it, through the
+    kubelet's DRA manager, the plugin's prepare and containerd's CDI injection; the other two stay unallocated and
+    Pending. Then host.audit reads the allocation from the kubelet and finds it clean."""
+    names = [f"dra-{i}" for i in range(CLAIMS)]
+    for name in names:
+        new_claim(node_plane, name, gpu_class)
+    for name in names:
+        node_plane.create(claim_pod(name, name))
+
+    def settled() -> dict[str, list[str]]:
+        allocations = {name: allocated_uuids(node_plane, TENANT, name) for name in names}
+        pending = [
+            p["metadata"]["name"]
+            for p in dra_pods(node_plane)
+            if any(c["type"] == "PodScheduled" and c["status"] == "False" for c in p["status"].get("conditions", []))
+        ]
+        done = sum(1 for a in allocations.values() if a) == 1 and len(pending) == CLAIMS - 1
+        assert done, (allocations, pending, node.log("dra-plugin")[-1500:])
+        return allocations
+
+    allocations = eventually(settled, "one claim allocated, the other pods unschedulable")
+    (holder,) = [name for name, uuids in allocations.items() if uuids]
+    assert allocations[holder] == [EXPOSED]
+    lines = eventually(
+        lambda: "done" in (printed := node.logs(TENANT, holder)) and printed, f"pod {holder} printed its view"
+    )
+    assert seen(lines) == {EXPOSED}, lines
+
+    status, out = run_audit(node, tmp_path, write_stack(tmp_path, config(), name="node"), GPUS, {})
+    assert status == 0, out
+    assert "hidden GPU" not in out, out
+
+
+def test_a_claim_the_guard_does_not_judge_reaches_a_hidden_gpu(
+    node_plane: ControlPlane, node: Node, gpu_class: str, tmp_path: Path
+) -> None:
+    """NVIDIA's class from a tenant namespace: denied by the claims policy. The same claim in an exempt namespace:
+    the allocator gives it a hidden GPU (the exposed one is taken), the container sees it, and host.audit reports
+    the pod and its claim from the kubelet's dynamic_resources."""
+    assert rule_in(denial(node_plane, claim(exactly(NVIDIA_DRA_DRIVER)), identity="admin")) == "claim-device-classes"
+    new_claim(node_plane, "everything", NVIDIA_DRA_DRIVER, namespace=EXEMPT)
+    result = run_probe(node_plane, node, claim_pod("everything", "everything", namespace=EXEMPT))
+    (uuid,) = allocated_uuids(node_plane, EXEMPT, "everything")
+    assert uuid in HIDDEN
+    assert seen(result["lines"]) == {uuid}, result["lines"]
+
+    status, out = run_audit(node, tmp_path, write_stack(tmp_path, config(), name="node"), GPUS, {})
+    assert status == 1, out
+    assert f"the kubelet gave pod {EXEMPT}/everything container probe a hidden GPU through DRA claim" in out, out
