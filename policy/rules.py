@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,9 @@ def _pinned_node(props: Mapping[str, Any]) -> str | None:
         return None
     fields = terms[0].get("matchFields") or []
     names = [f.get("values") for f in fields if f.get("key") == "metadata.name" and f.get("operator") == "In"]
-    return names[0][0] if len(names) == 1 and isinstance(names[0], list) and len(names[0]) == 1 else None
+    # A Sequence, not a list: pulumi_policy hands a policy its lists as read-only proxies (pulumi_policy/proxy.py).
+    one = len(names) == 1 and isinstance(names[0], Sequence) and not isinstance(names[0], str) and len(names[0]) == 1
+    return str(names[0][0]) if one else None
 
 
 def plugin_unprivileged(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from pulumi_policy import ResourceValidationArgs, StackValidationArgs
+from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource, PolicyResourceOptions
+from pulumi_policy.proxy import unknown_checking_proxy
 
 from common.cli import stack_files
 from common.names import ENV_KEYS_POLICY_NAME, POLICY_NAME, Token, runtime_class_name
@@ -36,13 +38,19 @@ OPTS = PolicyResourceOptions(
 )
 
 
+def as_the_pack_sees(props: dict[str, Any]) -> Any:
+    """Props as pulumi_policy hands them to a policy, in `up` as in preview: its read-only proxies, whose lists are
+    no `list` and whose unknown values raise when read."""
+    return unknown_checking_proxy(deserialize_properties(props))
+
+
 def resource_args(resource_type: str, props: dict[str, Any]) -> ResourceValidationArgs:
-    return ResourceValidationArgs(resource_type, props, f"urn:{resource_type}", "r", OPTS, None)
+    return ResourceValidationArgs(resource_type, as_the_pack_sees(props), f"urn:{resource_type}", "r", OPTS, None)
 
 
 def policy_resource(resource: Declared, props: dict[str, Any] | None = None) -> PolicyResource:
     return PolicyResource(
-        resource.type, props or resource.inputs, resource.urn, resource.name, OPTS, None, None, [], {}
+        resource.type, as_the_pack_sees(props or resource.inputs), resource.urn, resource.name, OPTS, None, None, [], {}
     )
 
 
