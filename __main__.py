@@ -26,7 +26,7 @@ from components.hidden_gpu_node import node_args
 from components.node_labels import gpu_device_classes
 from components.stack_claims import exposed_by_node
 from offline.sdk import full_config
-from stack_config import InvalidConfigError, parse_project_config, quota_warnings
+from stack_config import InvalidConfigError, device_class_warnings, parse_project_config, quota_warnings
 from stack_config.reviewed import check_reviewed
 
 try:
@@ -36,7 +36,7 @@ try:
 except InvalidConfigError as error:
     raise pulumi.RunError(f"invalid stack config: {error}") from None
 
-for warning in quota_warnings(stack):
+for warning in (*quota_warnings(stack), *device_class_warnings(stack)):
     pulumi.log.warn(warning)
 
 # An explicit provider does not read the stack's `kubernetes:` keys by itself.

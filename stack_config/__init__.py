@@ -2,7 +2,13 @@
 
 from stack_config.errors import ConfigError, InvalidConfigError, validated
 from stack_config.load import load_stack_file, parse_project_config, read_stack_file
-from stack_config.models import DevicePluginConfig, NodeConfig, StackConfig, quota_warnings
+from stack_config.models import (
+    DevicePluginConfig,
+    NodeConfig,
+    StackConfig,
+    device_class_warnings,
+    quota_warnings,
+)
 
 __all__ = [
     "ConfigError",
@@ -10,6 +16,7 @@ __all__ = [
     "InvalidConfigError",
     "NodeConfig",
     "StackConfig",
+    "device_class_warnings",
     "load_stack_file",
     "parse_project_config",
     "quota_warnings",

@@ -765,3 +765,15 @@ def quota_warnings(stack: StackConfig) -> list[str]:
         for namespace, limit in sorted(stack.quotas.items())
         if limit > advertised
     ]
+
+
+def device_class_warnings(stack: StackConfig) -> list[str]:
+    """Classes tenants may claim from whose selectors a render cannot read: where the stack hides GPUs, each one may
+    select them. `cluster.verify` evaluates the live class against the nodes' ResourceSlices."""
+    if not any(node.hidden_gpus for node in stack.nodes):
+        return []
+    return [
+        f"{key_path(('guard', 'allowedDeviceClasses', index))} = {name}: tenants may claim every device this class "
+        "selects and the render cannot read its selector; `cluster.verify` fails if it selects a hidden GPU"
+        for index, name in enumerate(stack.guard.allowed_device_classes)
+    ]

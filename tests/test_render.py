@@ -193,3 +193,25 @@ def test_the_programs_quota_warning_is_printed_once(tmp_path: Path, capfd: pytes
     assert warnings == [
         "warning: hidden-gpu:quotas.ml-team = 5: more than the 1 nvidia.com/gpu this stack's nodes advertise"
     ]
+
+
+def test_an_allowed_device_class_is_a_warning_where_gpus_are_hidden(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The render cannot read a class's selector, so it says where `cluster.verify` must look; with no hidden GPU
+    there is nothing for a class to reach."""
+    config = valid_config()
+    config["hidden-gpu:guard"] = {"allowedDeviceClasses": ["nic.example.com"]}
+    assert (
+        render.main(["--stack-file", str(write_stack(tmp_path, config)), "--out", str(tmp_path / "o"), "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["warnings"] == [
+        "hidden-gpu:guard.allowedDeviceClasses[0] = nic.example.com: tenants may claim every device this class "
+        "selects and the render cannot read its selector; `cluster.verify` fails if it selects a hidden GPU"
+    ]
+    for node in config["hidden-gpu:nodes"]:
+        node["exposedGpus"], node["hiddenGpus"] = node["exposedGpus"] + node["hiddenGpus"], []
+    assert (
+        render.main(["--stack-file", str(write_stack(tmp_path, config)), "--out", str(tmp_path / "p"), "--json"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
