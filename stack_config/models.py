@@ -463,7 +463,9 @@ class GuardConfig(_Model):
     and ResourceClaimTemplates may name them, and their containers may request the class's extended resource
     `deviceclass.resource.kubernetes.io/<class>`. Every other class is denied outside exempt namespaces (the stack's
     own GPU classes, from `hidden-gpu:dra`, are added): a class selects whatever devices its selector matches, hidden
-    GPUs included. NVIDIA's own classes (`*.nvidia.com`) select every GPU the driver publishes and are refused."""
+    GPUs included: `make render` warns of each where the stack hides GPUs, and `cluster.verify` fails if one selects a
+    hidden GPU in a node's ResourceSlices. NVIDIA's own classes (`*.nvidia.com`) select every GPU the driver publishes
+    and are refused."""
     add_void: bool = False
     """Add `NVIDIA_VISIBLE_DEVICES=void` to each new container under an NVIDIA runtime that neither requests an NVIDIA
     resource nor sets the variable (a sidecar, an init or `kubectl debug` container), instead of denying it; never to
