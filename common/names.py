@@ -98,6 +98,10 @@ SCAN_SKIP_ANNOTATION_PREFIX = "checkov.io/skip"
 # The GPU Operator's plugin DaemonSet labels its pods so.
 OPERATOR_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
 
+# The keys of a node's entry that HiddenGpuNode also takes as Outputs (typed `pulumi.Input` in its generated
+# NodeSpec): they only fill objects' fields. The other keys decide which objects the node gets, known in any preview.
+NODE_OUTPUT_KEYS = ("name", "exposedGpus", "hiddenGpus")
+
 
 # --- Names of the objects hidden-gpu creates ---
 

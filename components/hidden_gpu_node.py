@@ -2,8 +2,10 @@
 
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
 import hashlib
+import inspect
 import typing
-from typing import NotRequired, TypedDict
+from collections.abc import Callable
+from typing import NotRequired, TypedDict, TypeVar
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,6 +22,7 @@ from common.names import (
     GPU_RESOURCE,
     KUBELET_DEVICE_PLUGINS,
     NODE_LABEL,
+    NODE_OUTPUT_KEYS,
     NVIDIA_RUNTIME_HANDLER,
     PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_DIR,
@@ -37,7 +40,7 @@ from common.names import (
 )
 from components.node_labels import node_labels, runtime_class_of
 from components.stack_types import DevicePluginSpec, NodeSpec
-from stack_config.errors import as_written, validated
+from stack_config.errors import ConfigError, InvalidInputError, as_written, validated
 from stack_config.models import DevicePluginConfig, NodeConfig
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
@@ -50,6 +53,12 @@ SCAN_EXCEPTIONS = {
     "CKV_K8S_15": "the image is pinned; Always would make a plugin restart depend on the registry",
 }
 DIGEST_EXCEPTION = ("CKV_K8S_43", "pinned by tag as configured; give devicePlugin.image a @sha256 digest to pin harder")
+EMPTY_OUTPUT = (
+    "an Output that turned out empty: the plugin was declared before it was known (whether a node runs one decides "
+    "which objects it gets); a node that hides every GPU says so with a plain empty list"
+)
+PLAIN_ONLY = "must be a plain value, not an Output: it decides which objects the node gets"
+T = TypeVar("T")
 
 
 class HiddenGpuNodeArgs(TypedDict):
@@ -57,13 +66,66 @@ class HiddenGpuNodeArgs(TypedDict):
 
     node: NodeSpec
     """The node's stack entry, as the stack file writes it: its name, exposed and hidden UUIDs, sharing and
-    operand switches."""
+    operand switches. The name and the UUIDs may be Outputs (a StackReference's, another resource's): validated
+    by the stack models once known, and where a preview does not know them, so are the fields they fill. The
+    other keys must be plain: they decide which objects the node gets (a plugin, its config), and a preview
+    must know which. Plain too is whether `exposedGpus` is empty: a node whose list is an Output runs a plugin,
+    and the list must turn out non-empty."""
     device_plugin: DevicePluginSpec
     """The stack's `devicePlugin` settings (image, namespace, device-list strategy), as the stack file writes them."""
     plugin_namespace: pulumi.Input[str]
     """The namespace the plugin runs in: an Output of the PluginNamespace, so the plugin waits for it."""
     pool_class: NotRequired[pulumi.Input[str]]
     """The RuntimeClass of the node's pool (GpuPool), which then replaces the node's own."""
+
+
+Node = NodeConfig | pulumi.Output[NodeConfig]
+"""A node's entry validated: at once where every value is plain (the program's own path), else once its Outputs are
+known."""
+
+
+def _derive(node: Node, make: Callable[[NodeConfig], T]) -> pulumi.Input[T]:
+    """What `make` writes for the node: a plain value for a plain node, so the program renders as it always did; else
+    an Output, unknown in a preview that does not know the node (never a default: an empty NVIDIA_VISIBLE_DEVICES
+    would not say "no GPU" to every runtime)."""
+    return node.apply(make) if isinstance(node, pulumi.Output) else make(node)
+
+
+def _is_plain(value: object) -> bool:
+    if isinstance(value, pulumi.Output) or inspect.isawaitable(value):
+        return False
+    if isinstance(value, dict):
+        return all(_is_plain(item) for item in value.values())
+    return all(_is_plain(item) for item in value) if isinstance(value, list | tuple) else True
+
+
+def _runs_plugin(spec: NodeSpec) -> bool:
+    """Whether the node gets a plugin: decided before any Output is known, as a preview must list the objects."""
+    exposed = spec.get("exposedGpus")
+    return not isinstance(exposed, list | tuple) or len(exposed) > 0
+
+
+def _node(component: str, spec: NodeSpec, runs_plugin: bool) -> Node:
+    outputs = [key for key, value in spec.items() if not _is_plain(value)]
+    plain_only = [ConfigError(("node", key), PLAIN_ONLY) for key in outputs if key not in NODE_OUTPUT_KEYS]
+    if plain_only:
+        raise InvalidInputError.of(plain_only)
+    if not outputs:
+        node: NodeConfig = validated(NodeConfig, spec, ("node",))
+        return node
+    return pulumi.Output.from_input(spec).apply(lambda known: _known_node(component, known, runs_plugin))
+
+
+def _known_node(component: str, spec: object, runs_plugin: bool) -> NodeConfig:
+    """The node once its Outputs are known, judged by the stack models as a plain one is at once. Raised in an apply,
+    a RunError is what `up` and `preview` report as its message alone, as the program does an invalid stack."""
+    try:
+        node: NodeConfig = validated(NodeConfig, spec, ("node",))
+        if runs_plugin and not node.exposed_gpus:
+            raise InvalidInputError.of([ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])])
+    except InvalidInputError as error:
+        raise pulumi.RunError(f"invalid inputs of HiddenGpuNode {component}: {error}") from None
+    return node
 
 
 def node_args(
@@ -84,7 +146,7 @@ def node_args(
 
 
 class NodeSummary(TypedDict):
-    """What the stack exports per node: plain values, known before anything is applied."""
+    """What the stack exports per node."""
 
     exposedUuids: list[str]
     """The UUIDs the node's plugin serves."""
@@ -102,7 +164,10 @@ class NodeSummary(TypedDict):
 
 class HiddenGpuNode(pulumi.ComponentResource):
     """Stops the GPU Operator's all-GPU device plugin on one node and runs a plugin pinned to
-    the exposed GPUs instead. A node with no exposed GPU gets only the label patch."""
+    the exposed GPUs instead. A node with no exposed GPU gets only the label patch.
+
+    The node's name and UUIDs may be Outputs (HiddenGpuNodeArgs.node); the children are named off the component's
+    own `name`, which a resource name needs plain, and the program names it after the node."""
 
     label_patch: k8s.core.v1.NodePatch
     """The operator's per-node switches: its device plugin off, other operands as configured."""
@@ -112,12 +177,14 @@ class HiddenGpuNode(pulumi.ComponentResource):
     """The plugin's config file, where the node time-slices."""
     device_plugin: k8s.apps.v1.DaemonSet | None
     """The pinned, unprivileged device plugin; None without exposed GPUs."""
-    summary: NodeSummary
-    """The node's exported summary (exposed UUIDs, counts, object names)."""
+    summary: pulumi.Output[NodeSummary]
+    """The node's exported summary (exposed UUIDs, counts, object names): known in a preview where the node's values
+    are."""
 
     def __init__(self, name: str, args: HiddenGpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.HIDDEN_GPU_NODE, name, None, opts)
-        node = validated(NodeConfig, args["node"], ("node",))
+        runs_plugin = _runs_plugin(args["node"])
+        node = _node(name, args["node"], runs_plugin)
         plugin = validated(DevicePluginConfig, args["device_plugin"], ("devicePlugin",))
         pool_class = args.get("pool_class")
         child = pulumi.ResourceOptions(parent=self)
@@ -125,12 +192,15 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.label_patch = k8s.core.v1.NodePatch(
             # Children are named off the component's name (the program names it after the node).
             f"{name}-operator-labels",
-            metadata=k8s.meta.v1.ObjectMetaPatchArgs(
-                name=node.name,
-                labels=node_labels(node),
-                # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
-                # force, server-side apply would refuse to take that field over.
-                annotations={PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
+            metadata=_derive(
+                node,
+                lambda n: k8s.meta.v1.ObjectMetaPatchArgs(
+                    name=n.name,
+                    labels=node_labels(n),
+                    # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
+                    # force, server-side apply would refuse to take that field over.
+                    annotations={PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
+                ),
             ),
             # Fail closed: a node that leaves the stack (or a typo that renames it, or `pulumi
             # destroy`) keeps its labels and stays hidden. Deleting the patch would remove them,
@@ -146,48 +216,51 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.runtime_class = None
         self.plugin_config = None
         self.device_plugin = None
-        if node.exposed_gpus:
+        if runs_plugin:
             runtime_class: pulumi.Input[str]
             if pool_class is not None:
                 runtime_class = pool_class
             else:
                 self.runtime_class = _runtime_class(name, node, child)
                 runtime_class = self.runtime_class.metadata.name
-            config = plugin_config(node)
-            # An adopted plugin stays where it was made (a DaemonSet cannot move), its config beside it.
-            namespace = (
-                args["plugin_namespace"] if node.adopt_device_plugin is None else node.adopt_device_plugin.namespace
-            )
             # The operator's plugin must be gone before ours registers the same kubelet socket; on
             # destroy Pulumi deletes ours first, then restores the label. The config, where there
             # is one, must exist before the plugin's pods mount it.
             needs: list[pulumi.Resource] = [self.label_patch]
-            if config is not None:
-                self.plugin_config = _config_map(name, node, namespace, config, child)
+            # Plain, like everything that decides which objects exist (HiddenGpuNodeArgs.node).
+            if args["node"].get("timeSlicing") is not None:
+                self.plugin_config = _config_map(name, node, args["plugin_namespace"], child)
                 needs.append(self.plugin_config)
             self.device_plugin = _device_plugin(
                 name,
                 node,
                 plugin,
-                namespace,
+                args["plugin_namespace"],
                 runtime_class,
-                config=config,
                 # Replacing the plugin (an adoption given up, a namespace changed) deletes the old one first: two
                 # plugins of one resource on a node leave the kubelet with no healthy GPU until one registers again
                 # (kubelet v1.36 devicemanager/plugin/v1beta1/handler.go runClient disconnects by resource name).
                 opts=pulumi.ResourceOptions(parent=self, depends_on=needs, delete_before_replace=True),
             )
 
-        # Plain values, not Outputs: every name here is set explicitly above (docs/performance.md).
-        self.summary = NodeSummary(
-            exposedUuids=list(node.exposed_gpus),
-            exposedCount=len(node.exposed_gpus),
-            advertisedCount=node.advertised_gpus,
-            hiddenCount=len(node.hidden_gpus),
-            devicePlugin=_plugin_name(node) if node.exposed_gpus else None,
-            runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
-        )
-        self.register_outputs(dict(self.summary))
+        self.summary = pulumi.Output.from_input(_derive(node, _summary))
+        self.register_outputs({"summary": self.summary})
+
+
+def _summary(node: NodeConfig) -> NodeSummary:
+    return NodeSummary(
+        exposedUuids=list(node.exposed_gpus),
+        exposedCount=len(node.exposed_gpus),
+        advertisedCount=node.advertised_gpus,
+        hiddenCount=len(node.hidden_gpus),
+        devicePlugin=_plugin_name(node) if node.exposed_gpus else None,
+        runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
+    )
+
+
+def _namespace(node: NodeConfig, plugin_namespace: pulumi.Input[str]) -> pulumi.Input[str]:
+    """An adopted plugin stays where it was made (a DaemonSet cannot move), its config beside it."""
+    return plugin_namespace if node.adopt_device_plugin is None else node.adopt_device_plugin.namespace
 
 
 def _plugin_name(node: NodeConfig) -> str:
@@ -214,28 +287,34 @@ def plugin_config(node: NodeConfig) -> str | None:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def _runtime_class(prefix: str, node: NodeConfig, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
+def _runtime_class(prefix: str, node: Node, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
     return k8s.node.v1.RuntimeClass(
         f"{prefix}-runtime-class",
-        metadata=k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(node.name), labels=plugin_labels(node.name)),
+        metadata=_derive(
+            node, lambda n: k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(n.name), labels=plugin_labels(n.name))
+        ),
         handler=NVIDIA_RUNTIME_HANDLER,
         # Pods that pick this class land on this node: the nvidia runtime is only offered
         # where a pinned plugin decides which GPUs a pod gets. By our own label: the
         # kubernetes.io/hostname label need not equal the node's name.
-        scheduling=k8s.node.v1.SchedulingArgs(node_selector={NODE_LABEL: node.name}),
+        scheduling=_derive(node, lambda n: k8s.node.v1.SchedulingArgs(node_selector={NODE_LABEL: n.name})),
         opts=opts,
     )
 
 
 def _config_map(
-    prefix: str, node: NodeConfig, namespace: pulumi.Input[str], config: str, opts: pulumi.ResourceOptions
+    prefix: str, node: Node, plugin_namespace: pulumi.Input[str], opts: pulumi.ResourceOptions
 ) -> k8s.core.v1.ConfigMap:
     return k8s.core.v1.ConfigMap(
         f"{prefix}-plugin-config",
-        metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=plugin_config_name(node.name), namespace=namespace, labels=plugin_labels(node.name)
+        metadata=_derive(
+            node,
+            lambda n: k8s.meta.v1.ObjectMetaArgs(
+                name=plugin_config_name(n.name), namespace=_namespace(n, plugin_namespace), labels=plugin_labels(n.name)
+            ),
         ),
-        data={PLUGIN_CONFIG_KEY: config},
+        # Declared only for a time-sliced node, which has a config.
+        data=_derive(node, lambda n: {PLUGIN_CONFIG_KEY: typing.cast(str, plugin_config(n))}),
         opts=opts,
     )
 
@@ -331,29 +410,53 @@ def _volumes(
 
 def _device_plugin(
     prefix: str,
-    node: NodeConfig,
+    node: Node,
     plugin: DevicePluginConfig,
-    namespace: pulumi.Input[str],
+    plugin_namespace: pulumi.Input[str],
     runtime_class: pulumi.Input[str],
     *,
-    config: str | None,
     opts: pulumi.ResourceOptions,
 ) -> k8s.apps.v1.DaemonSet:
-    labels = plugin_labels(node.name)
-    selector, pod_labels = labels, labels
+    return k8s.apps.v1.DaemonSet(
+        f"{prefix}-device-plugin",
+        metadata=_derive(node, lambda n: _plugin_metadata(n, plugin, plugin_namespace)),
+        spec=_derive(node, lambda n: _plugin_spec(n, plugin, runtime_class)),
+        opts=opts,
+    )
+
+
+def _plugin_metadata(
+    node: NodeConfig, plugin: DevicePluginConfig, plugin_namespace: pulumi.Input[str]
+) -> k8s.meta.v1.ObjectMetaArgs:
     annotations = _scan_exceptions(plugin.image)
-    adopt = node.adopt_device_plugin
-    if adopt is not None:
+    if node.adopt_device_plugin is not None:
         # Taking over a hand-made DaemonSet: a forced server-side apply under hidden-gpu's field manager, not
         # `pulumi import`. The provider creates by server-side apply (a PATCH, so an existing object is upserted:
         # pulumi-kubernetes v4.25 pkg/await/await.go), and patchForce takes every field this declares from the
         # hand-made manager; an import would need each object's ID in the program and a first `up` that changes
-        # nothing. The selector is immutable, so it stays the hand-made one and the pods carry both its labels
-        # and ours (cluster.verify finds them by ours); the container keeps its name, as containers merge by name.
-        # Fields only the hand-made manager set and this does not declare stay: cluster.verify names them.
+        # nothing. Fields only the hand-made manager set and this does not declare stay: cluster.verify names them.
+        annotations = {**annotations, PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
+    return k8s.meta.v1.ObjectMetaArgs(
+        name=_plugin_name(node),
+        namespace=_namespace(node, plugin_namespace),
+        labels=plugin_labels(node.name),
+        annotations=annotations,
+    )
+
+
+def _plugin_spec(
+    node: NodeConfig, plugin: DevicePluginConfig, runtime_class: pulumi.Input[str]
+) -> k8s.apps.v1.DaemonSetSpecArgs:
+    labels = plugin_labels(node.name)
+    selector, pod_labels = labels, labels
+    adopt = node.adopt_device_plugin
+    if adopt is not None:
+        # An adopted DaemonSet's selector is immutable, so it stays the hand-made one and the pods carry both its
+        # labels and ours (cluster.verify finds them by ours); the container keeps its name, as containers merge by
+        # name.
         selector = dict(adopt.match_labels)
         pod_labels = {**adopt.match_labels, **labels}
-        annotations = {**annotations, PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
+    config = plugin_config(node)
     volumes, mounts = _volumes(node, plugin, config)
     container = k8s.core.v1.ContainerArgs(
         name=PLUGIN_NAME if adopt is None else adopt.container,
@@ -396,28 +499,18 @@ def _device_plugin(
         volumes=volumes,
     )
     checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
-    return k8s.apps.v1.DaemonSet(
-        f"{prefix}-device-plugin",
-        metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=_plugin_name(node),
-            namespace=namespace,
-            labels=labels,
-            annotations=annotations,
+    return k8s.apps.v1.DaemonSetSpecArgs(
+        selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
+        # One plugin pod at a time, stated rather than left to the default (which a hand-made DaemonSet may
+        # have changed): a surge pod would register the same resource while the old one runs, and the kubelet
+        # then disconnects the newer one when the older one's stream ends (every GPU unhealthy).
+        update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
+            type="RollingUpdate",
+            rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_surge=0, max_unavailable=1),
         ),
-        spec=k8s.apps.v1.DaemonSetSpecArgs(
-            selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-            # One plugin pod at a time, stated rather than left to the default (which a hand-made DaemonSet may
-            # have changed): a surge pod would register the same resource while the old one runs, and the kubelet
-            # then disconnects the newer one when the older one's stream ends (every GPU unhealthy).
-            update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
-                type="RollingUpdate",
-                rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_surge=0, max_unavailable=1),
-            ),
-            template=k8s.core.v1.PodTemplateSpecArgs(
-                metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels, annotations=checksum), spec=pod_spec
-            ),
+        template=k8s.core.v1.PodTemplateSpecArgs(
+            metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels, annotations=checksum), spec=pod_spec
         ),
-        opts=opts,
     )
 
 

@@ -157,13 +157,20 @@ def as_written(model: BaseModel) -> dict[str, Any]:
 class InvalidInputError(ValueError):
     """A component's input its model refuses: one line per problem, each named by the input's path."""
 
+    @classmethod
+    def of(cls, problems: Iterable[ConfigError]) -> InvalidInputError:
+        """Named as a stack's problems are, but without our config namespace: a consumer's program has no stack
+        file."""
+        return cls("\n".join(str(p).removeprefix(f"{PROJECT}:") for p in problems))
+
 
 def validated(kind: Any, value: Any, loc: Loc) -> Any:
     """One part of a stack (a node's entry, the plugin's settings, a namespace name) validated by its model or
     type, where a component takes it as an input: each problem is named by its path below `loc` (the input),
-    as a stack's are by their keys, but without our config namespace: a consumer's program has no stack file."""
+    as a stack's are by their keys."""
     try:
         return TypeAdapter(kind).validate_python(_whole_numbers(value))
     except ValidationError as error:
-        problems = [replace(e, loc=loc + e.loc) for e in from_validation_error(error, kind).errors]
-        raise InvalidInputError("\n".join(str(p).removeprefix(f"{PROJECT}:") for p in problems)) from None
+        raise InvalidInputError.of(
+            replace(e, loc=loc + e.loc) for e in from_validation_error(error, kind).errors
+        ) from None

@@ -15,6 +15,7 @@ from common.names import (
     DEFAULT_PLUGIN_NAMESPACE,
     DEVICE_PLUGIN_LABEL,
     NODE_LABEL,
+    NODE_OUTPUT_KEYS,
     OPERATOR_RUNTIME_CLASSES,
     PROJECT,
     Token,
@@ -326,8 +327,12 @@ def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
     assert definitions["GpuPool"].outputs["runtimeClass"].ref is not None  # a kubernetes resource reference
     node = definitions["HiddenGpuNode"]
     assert set(node.inputs) == {"node", "devicePlugin", "pluginNamespace", "poolClass"}
-    # Which node and which GPUs decide what exists: plain, never an Output the preview cannot know.
+    # The node's entry is plain, its keys that decide which objects exist too (a preview must know them); its name
+    # and UUIDs, which only fill objects' fields, may be Outputs (tests/test_composition.py).
     assert node.inputs["node"].plain and node.inputs["devicePlugin"].plain
+    node_spec = types[spec_name(NodeConfig)].properties
+    assert {key for key, prop in node_spec.items() if not prop.plain} == set(NODE_OUTPUT_KEYS)
+    assert node_spec["exposedGpus"].items is not None and not node_spec["exposedGpus"].items.plain
     assert not node.inputs["pluginNamespace"].plain and node.inputs["poolClass"].optional
     assert set(node.outputs) >= {"labelPatch", "devicePlugin", "runtimeClass", "summary"}
     assert set(definitions["AccessGuard"].inputs) == {"guard", "pluginNamespace", "gpuDeviceClasses"}
