@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+from google.protobuf import json_format  # type: ignore[import-untyped]
 
 from common.cli import interrupt_ends_process
 from common.names import PROJECT
@@ -42,6 +43,8 @@ class Declared:
 
     type: str
     name: str
+    # What the mocks hold for it: its inputs. In a preview, where they answer nothing, the inputs as the program
+    # sent them, each value it did not know as offline.sdk.UNKNOWN.
     inputs: dict[str, Any]
     parent: str
     dependencies: tuple[str, ...]
@@ -123,9 +126,10 @@ def _alias_urns(request: Any, urn: str) -> list[str]:
 class _RecordingMonitor(MockMonitor):
     """Pulumi's mock monitor, also keeping parent and depends_on, which mocks do not see."""
 
-    def __init__(self, run: ProgramRun, mocks: _Mocks) -> None:
+    def __init__(self, run: ProgramRun, mocks: _Mocks, preview: bool) -> None:
         super().__init__(mocks)
         self._run = run
+        self._preview = preview
         # The mock monitor answers on executor threads and gives each thread an event loop of its
         # own, which nobody closes: left to the collector at exit, a loop whose self-pipe socket
         # was finalised first prints "Exception ignored in BaseEventLoop.__del__". Kept to close.
@@ -141,7 +145,7 @@ class _RecordingMonitor(MockMonitor):
                 Declared(
                     type=request.type,
                     name=request.name,
-                    inputs=self.resources[response.urn].state if response.urn in self.resources else {},
+                    inputs=self._inputs(request, response.urn),
                     parent=request.parent,
                     dependencies=tuple(request.dependencies),
                     provider=request.provider,
@@ -152,6 +156,12 @@ class _RecordingMonitor(MockMonitor):
                 )
             )
         return response
+
+    def _inputs(self, request: Any, urn: str) -> dict[str, Any]:
+        if self._preview:
+            sent: dict[str, Any] = json_format.MessageToDict(request.object)
+            return sent
+        return self.resources[urn].state if urn in self.resources else {}
 
     def ReadResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
         try:
@@ -280,7 +290,7 @@ def run_callable(
     `pulumi preview` runs it (is_dry_run() true, every resource output unknown)."""
     run = ProgramRun()
     mocks = _Mocks(live, preview)
-    monitor = _RecordingMonitor(run, mocks)
+    monitor = _RecordingMonitor(run, mocks, preview)
 
     async def resolve_outputs() -> None:
         run.outputs.update(await _resolved(root_outputs()))

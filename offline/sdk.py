@@ -5,7 +5,9 @@ Why each is needed:
   and the program must see every `hidden-gpu:` key to refuse a misspelt one;
 - the root resource, the run state, a run function and a synchronous await: Pulumi's own mocks run a program
   only inside `@pulumi.runtime.test`; the offline render runs `__main__.py` as `pulumi up` would,
-  outside pytest, and reads the stack's exports.
+  outside pytest, and reads the stack's exports;
+- the sentinel an unknown value crosses to the engine as: what a preview's record shows where the program did not
+  know a value, which the tests tell from an empty or absent one.
 A Pulumi upgrade that changes any of them fails tests/test_rooms.py with the name of the symbol.
 
 Here in the offline harness, not beside the components: the components, and the Python distribution of them
@@ -20,6 +22,7 @@ from typing import Any, TypeVar
 import pulumi.runtime.config as _config
 from pulumi.runtime import settings as _settings
 from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.rpc import UNKNOWN
 from pulumi.runtime.rpc_manager import RPCManager
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -35,11 +38,12 @@ PRIVATE_SYMBOLS = (
     ("pulumi.runtime.rpc_manager", "RPCManager"),
     ("pulumi.runtime.settings", "get_root_resource"),
     ("pulumi.runtime.mocks", "MockMonitor"),
+    ("pulumi.runtime.rpc", "UNKNOWN"),
     ("pulumi.runtime.stack", "run_pulumi_func"),
     ("pulumi.runtime.sync_await", "_sync_await"),
 )
 
-__all__ = ["MockMonitor", "full_config", "reset_run_state", "root_outputs", "run_sync"]
+__all__ = ["UNKNOWN", "MockMonitor", "full_config", "reset_run_state", "root_outputs", "run_sync"]
 
 
 def full_config() -> dict[str, Any]:

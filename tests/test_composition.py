@@ -1,0 +1,212 @@
+"""HiddenGpuNode composed by another program: the node's name and UUIDs fed from Outputs (issue 32, 5)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pytest
+from pulumi_policy import ReportViolation, StackValidationArgs
+from pulumi_policy.proxy import UnknownValueError
+
+from common.names import VISIBLE_DEVICES_ENV, Token
+from components import HiddenGpuNode
+from offline.program import ProgramRun, run_callable, run_program
+from offline.sdk import UNKNOWN
+from policy.rules import RESOURCE_VALIDATORS, plugin_nodes_have_label_patch
+from stack_config.errors import InvalidInputError
+from tests.support.objects import env_of, only
+from tests.support.stacks import EXPOSED, HIDDEN, changed, node
+from tests.test_policy import Collected, policy_resource, resource_args
+
+NAME = "gpu-node-01"
+SECOND = HIDDEN[0]
+Source = Callable[[Any], pulumi.Input[Any]]
+
+
+def plain(value: Any) -> Any:
+    return value
+
+
+def known(value: Any) -> pulumi.Output[Any]:
+    return pulumi.Output.from_input(value)
+
+
+def from_resource(value: Any) -> pulumi.Output[Any]:
+    """What another resource of the consumer's reports (an inventory ConfigMap here): unknown in a preview."""
+    inventory = k8s.core.v1.ConfigMap(f"inventory-{len(json.dumps(value))}", data={"value": json.dumps(value)})
+    return inventory.data.apply(lambda data: json.loads(data["value"]))
+
+
+def consumer(
+    exposed: list[Any], hidden: list[Any], source: Source, name: str = NAME, name_source: Source = plain
+) -> Callable[[], None]:
+    def program() -> None:
+        component = HiddenGpuNode(
+            NAME,
+            {
+                "node": {"name": name_source(name), "exposedGpus": source(exposed), "hiddenGpus": source(hidden)},
+                "device_plugin": {},
+                "plugin_namespace": "hidden-gpu-system",
+            },
+        )
+        pulumi.export("summary", component.summary)
+
+    return program
+
+
+def declared(run: ProgramRun) -> dict[str, dict[str, Any]]:
+    """What the node's objects say, by URN: the consumer's own inventory left out."""
+    return {r.urn: r.inputs for r in run.resources if not r.name.startswith("inventory-")}
+
+
+def visible_devices(run: ProgramRun) -> str:
+    pod = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
+    return env_of(pod["containers"][0])[VISIBLE_DEVICES_ENV]
+
+
+@pytest.mark.parametrize("source", [known, from_resource], ids=["output", "resource-output"])
+def test_uuids_and_name_from_outputs_declare_what_plain_values_do(source: Source) -> None:
+    """Exactly the exposed UUIDs reach the plugin, and every object is the one the same plain values declare."""
+    exposed, hidden = [EXPOSED, SECOND], HIDDEN[1:]
+    composed = run_callable(consumer(exposed, hidden, source, name_source=source), "test")
+    assert visible_devices(composed) == f"{EXPOSED},{SECOND}"
+    reference = run_callable(consumer(exposed, hidden, plain), "test")
+    assert declared(composed) == declared(reference)
+    assert composed.outputs == reference.outputs
+    assert composed.outputs["summary"]["exposedUuids"] == exposed
+
+
+def test_items_of_a_plain_list_may_be_outputs() -> None:
+    def each(uuids: list[str]) -> list[pulumi.Output[Any]]:
+        return [from_resource(uuid) for uuid in uuids]
+
+    composed = run_callable(consumer([EXPOSED, SECOND], HIDDEN[1:], each), "test")
+    assert visible_devices(composed) == f"{EXPOSED},{SECOND}"
+
+
+def test_a_plain_empty_list_still_hides_every_gpu_of_a_node_named_by_an_output() -> None:
+    composed = run_callable(consumer([], HIDDEN, plain, name_source=from_resource), "test")
+    assert [r.type for r in composed.resources if not r.name.startswith("inventory-")] == [
+        Token.HIDDEN_GPU_NODE,
+        Token.NODE_PATCH,
+    ]
+    assert only(composed.of_type(Token.NODE_PATCH)).inputs["metadata"]["name"] == NAME
+
+
+def stack_file_problem(exposed: list[str], hidden: list[str]) -> str:
+    """The problem the program's own path reports for the same node in a stack file, without its key path."""
+    with pytest.raises(pulumi.RunError) as refused:
+        run_program(changed(lambda c: node(c).update({"exposedGpus": exposed, "hiddenGpus": hidden})), "test")
+    line = str(refused.value)
+    assert "\n" not in line
+    return line.split(" = ", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("exposed", "hidden", "where"),
+    [
+        (["GPU-1"], HIDDEN, "node.exposedGpus[0]"),
+        ([EXPOSED], [EXPOSED], "node.hiddenGpus[0]"),
+        ([EXPOSED, "0"], HIDDEN, "node.exposedGpus[1]"),
+    ],
+    ids=["not-a-uuid", "exposed-and-hidden", "an-index"],
+)
+@pytest.mark.parametrize("source", [known, from_resource], ids=["output", "resource-output"])
+def test_a_bad_value_from_an_output_fails_in_the_stack_files_words(
+    source: Source, exposed: list[str], hidden: list[str], where: str
+) -> None:
+    with pytest.raises(pulumi.RunError) as refused:
+        run_callable(consumer(exposed, hidden, source), "test")
+    problem = stack_file_problem(exposed, hidden)
+    assert str(refused.value) == f"invalid inputs of HiddenGpuNode {NAME}: {where} = {problem}"
+
+
+def test_a_bad_node_name_from_an_output_fails_in_one_line() -> None:
+    with pytest.raises(pulumi.RunError) as refused:
+        run_callable(consumer([EXPOSED], HIDDEN, plain, name="GPU_Node", name_source=known), "test")
+    assert str(refused.value).startswith(f'invalid inputs of HiddenGpuNode {NAME}: node.name = "GPU_Node": not a valid')
+    assert "\n" not in str(refused.value)
+
+
+def test_an_output_that_turns_out_empty_fails_rather_than_run_a_plugin_for_no_gpu() -> None:
+    """Whether the node runs a plugin is decided before the Output is known; an empty one must not reach it."""
+    with pytest.raises(pulumi.RunError, match=r"node\.exposedGpus = \[\]: an Output that turned out empty"):
+        run_callable(consumer([], HIDDEN, from_resource), "test")
+
+
+def test_keys_that_decide_which_objects_exist_refuse_outputs() -> None:
+    def program() -> None:
+        spec: Any = {"name": NAME, "exposedGpus": [EXPOSED], "timeSlicing": known({"replicas": 2})}
+        HiddenGpuNode(NAME, {"node": spec, "device_plugin": {}, "plugin_namespace": "hidden-gpu-system"})
+
+    with pytest.raises(InvalidInputError) as refused:
+        run_callable(program, "test")
+    assert (
+        str(refused.value)
+        == "node.timeSlicing: must be a plain value, not an Output: it decides which objects the node gets"
+    )
+
+
+def unknown_at(value: Any, *path: str) -> bool:
+    """Whether the value at `path` is unknown: it, or an object holding it."""
+    for key in path:
+        if value == UNKNOWN:
+            return True
+        value = value.get(key) if isinstance(value, dict) else None
+    return bool(value == UNKNOWN)
+
+
+@pytest.mark.parametrize(
+    ("exposed_source", "name_source"),
+    [(from_resource, plain), (plain, from_resource), (from_resource, from_resource)],
+    ids=["uuids", "name", "both"],
+)
+def test_a_preview_that_does_not_know_the_node_leaves_its_fields_unknown(
+    exposed_source: Source, name_source: Source
+) -> None:
+    """Fail closed: never an empty NVIDIA_VISIBLE_DEVICES or a default, which a runtime may read as every GPU."""
+    previewed = run_callable(consumer([EXPOSED], HIDDEN, exposed_source, name_source=name_source), "test", preview=True)
+    daemonset = only(previewed.of_type(Token.DAEMONSET)).inputs
+    assert unknown_at(daemonset, "spec", "template", "spec", "containers")
+    assert unknown_at(only(previewed.of_type(Token.NODE_PATCH)).inputs, "metadata", "name")
+    assert unknown_at(only(previewed.of_type(Token.RUNTIME_CLASS)).inputs, "scheduling")
+    assert VISIBLE_DEVICES_ENV not in json.dumps(list(declared(previewed).values()))
+
+
+def test_a_preview_that_knows_the_outputs_declares_them_and_validates_them() -> None:
+    previewed = run_callable(consumer([EXPOSED], HIDDEN, known, name_source=known), "test", preview=True)
+    assert visible_devices(previewed) == EXPOSED
+    with pytest.raises(pulumi.RunError, match="not a GPU UUID"):
+        run_callable(consumer(["GPU-1"], HIDDEN, known), "test", preview=True)
+
+
+def policy_verdicts(run: ProgramRun) -> list[str]:
+    """Each policy of the pack over what the run declared, as the pack sees it: a violation's message, or `unknown`
+    where the policy cannot run in this preview (the pack then says so, and judges the `up`)."""
+    verdicts: list[str] = []
+    objects = [r for r in run.resources if r.is_kubernetes_object]
+
+    def judge(validate: Callable[[Any, ReportViolation], None], args: Any) -> None:
+        found = Collected()
+        try:
+            validate(args, found)
+        except UnknownValueError:
+            verdicts.append("unknown")
+        verdicts.extend(found)
+
+    for _, validate in RESOURCE_VALIDATORS.values():
+        for resource in objects:
+            judge(validate, resource_args(resource.type, resource.inputs))
+    # The consumer declares no guard here: the guard's stack policies would rightly refuse it.
+    judge(plugin_nodes_have_label_patch, StackValidationArgs([policy_resource(r) for r in objects]))
+    return verdicts
+
+
+def test_the_policy_pack_accepts_a_composed_node_and_waits_for_what_a_preview_does_not_know() -> None:
+    composed = consumer([EXPOSED], HIDDEN, from_resource, name_source=from_resource)
+    assert policy_verdicts(run_callable(composed, "test")) == []
+    assert set(policy_verdicts(run_callable(composed, "test", preview=True))) == {"unknown"}
