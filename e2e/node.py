@@ -376,6 +376,10 @@ class Node:
         result: dict[str, Any] = self.plane.request("GET", f"/api/v1/nodes/{self.name}")
         return result
 
+    def allocatable(self, resource: str = "nvidia.com/gpu") -> int:
+        """The node's allocatable count of `resource`, as its kubelet last reported it."""
+        return int(self.node()["status"].get("allocatable", {}).get(resource, "0"))
+
     def wait_ready(self) -> None:
         """Registered, Ready, and without the not-ready taint (the node lifecycle controller lifts it)."""
 

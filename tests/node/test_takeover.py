@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +69,16 @@ def hand_made() -> dict[str, Any]:
     }
 
 
+Sample = tuple[float, int, list[str]]
+
+
 class Sampler(threading.Thread):
     """The node's allocatable nvidia.com/gpu and the plugin pods on the node, read from the API every 100 ms."""
 
     def __init__(self, plane: ControlPlane) -> None:
         super().__init__(daemon=True)
         self.plane = plane
-        self.samples: list[tuple[float, int, list[str]]] = []
+        self.samples: list[Sample] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -157,14 +160,8 @@ def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
     assert container["name"] == HAND_CONTAINER
     container["image"], container["imagePullPolicy"] = PLUGIN.name, "Never"  # conftest's one substitution
 
-    sampler = Sampler(node_plane)
-    sampler.start()
-    time.sleep(2)  # a baseline under the hand-made plugin
-    began = time.monotonic()
-    apply_render(node_plane, objects)  # what `up` does: the forced server-side apply under `hidden-gpu`
-
     def converged() -> bool:
-        live = node_plane.request("GET", f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}")
+        live = hand_daemonset(node_plane)
         status = live["status"]
         pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")
         ours = [p for p in pods["items"] if p["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == NODE]
@@ -173,7 +170,7 @@ def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
             and status.get("numberReady") == 1
             and len(pods["items"]) == 1
             and len(ours) == 1
-            and node.node()["status"]["allocatable"].get(GPU) == "1"
+            and node.allocatable() == 1
         )
         if not done:
             states = [
@@ -183,22 +180,17 @@ def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
             raise AssertionError((status, states))
         return bool(done)
 
-    eventually(converged, "the adopted DaemonSet rolled to the rendered pod, Ready, 1 GPU allocatable")
-    took = time.monotonic() - began
-    time.sleep(3)  # and after it
-    sampler.stopping.set()
-    sampler.join()
-
-    counts = [gpus for _, gpus, _ in sampler.samples]
-    plugins = [running for _, _, running in sampler.samples]
-    seen = {pod for running in plugins for pod in running}
-    zero = [t for t, gpus, _ in sampler.samples if gpus == 0]
-    print(
-        f"takeover: {len(counts)} samples over {sampler.samples[-1][0]} s, converged in {took:.1f} s; allocatable "
-        f"min {min(counts)} max {max(counts)}; at 0 for {len(zero)} samples ({zero[:1]}..{zero[-1:]}); "
-        f"plugin pods seen {sorted(seen)}, most at once {max(len(r) for r in plugins)}; "
-        f"registrations {registrations(node, seen)}"
+    # What `up` does: the forced server-side apply under `hidden-gpu`.
+    samples = sampled(
+        node_plane,
+        lambda: apply_render(node_plane, objects),
+        converged,
+        "the adopted DaemonSet rolled to the rendered pod, Ready, 1 GPU allocatable",
     )
+    report("takeover", samples, node)
+    counts = [gpus for _, gpus, _ in samples]
+    plugins = [running for _, _, running in samples]
+    zero = [t for t, gpus, _ in samples if gpus == 0]
     assert max(counts) <= 1, "allocatable rose above the exposed count"
     assert max(len(r) for r in plugins) <= 1, "two plugin containers ran on the node at once"
     assert not any(o["kind"] == "DaemonSet" and o["metadata"]["namespace"] != HAND_NAMESPACE for o in objects)
@@ -208,7 +200,7 @@ def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
     assert len(zero) * SAMPLE_S < 15, f"allocatable at 0 for {len(zero) * SAMPLE_S:.1f} s"
 
     # Converged, except what only the hand-made manager set and hidden-gpu does not declare: verify names it.
-    live = node_plane.request("GET", f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}")
+    live = hand_daemonset(node_plane)
     template = live["spec"]["template"]["spec"]
     (container,) = template["containers"]
     assert container["name"] == HAND_CONTAINER
@@ -219,3 +211,116 @@ def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
     print(f"fields only the hand-made manager set: {left}")
     assert any("TEAM" in path for path in left), left
     assert any("nodeSelector" in path for path in left), left
+
+
+def sampled(plane: ControlPlane, action: Callable[[], None], until: Callable[[], bool], what: str) -> list[Sample]:
+    """The node sampled from 2 s before `action` until `until` holds (and 3 s after)."""
+    sampler = Sampler(plane)
+    sampler.start()
+    time.sleep(2)
+    action()
+    try:
+        eventually(until, what)
+        time.sleep(3)
+    finally:
+        sampler.stopping.set()
+        sampler.join()
+    return sampler.samples
+
+
+def hand_daemonset(plane: ControlPlane) -> dict[str, Any]:
+    return dict(plane.request("GET", f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}"))
+
+
+def one_plugin_serving(plane: ControlPlane, node: Node, template: Callable[[dict[str, Any]], bool]) -> bool:
+    """One plugin pod on the node, of a template `template` accepts, Running, and the node's GPU allocatable."""
+    pods = plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")["items"]
+    running = [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    return len(pods) == 1 and len(running) == 1 and template(running[0]) and node.allocatable() == 1
+
+
+def test_rollback_puts_the_hand_made_plugin_back_whole(node_plane: ControlPlane, node: Node, handmade: None) -> None:
+    """The rollback docs/operations.md gives after Pulumi forgets the DaemonSet: `kubectl replace -f` the kept
+    manifest, a PUT, which sets the whole object, so nothing hidden-gpu declared stays (a server-side apply keeps
+    every field only hidden-gpu's manager owns: its security context, its variables). One roll, one plugin at a time,
+    never above the exposed count."""
+    kept = hand_made()
+    # What the docs said before this test: a forced server-side apply of the kept manifest. It takes the fields the
+    # manifest names; those only hidden-gpu's manager set stay, and the pod rolls to a mix of both.
+    applied = node_plane.request(
+        "PATCH",
+        f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}?fieldManager={HAND_MANAGER}&force=true",
+        kept,
+        content_type="application/apply-patch+yaml",
+    )
+    (mixed,) = applied["spec"]["template"]["spec"]["containers"]
+    assert mixed["securityContext"]["capabilities"]["drop"] == ["ALL"] and len(mixed["env"]) > 2, mixed
+
+    def replace() -> None:
+        node_plane.request("PUT", f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}", kept)
+
+    def hand_pod(pod: dict[str, Any]) -> bool:
+        return pod["spec"].get("runtimeClassName") == "nvidia" and "securityContext" not in pod["spec"]["containers"][0]
+
+    samples = sampled(node_plane, replace, lambda: one_plugin_serving(node_plane, node, hand_pod), "rolled back")
+    report("rollback", samples, node)
+    template = hand_daemonset(node_plane)["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert {e["name"] for e in container["env"]} == {"NVIDIA_VISIBLE_DEVICES", "TEAM"}
+    assert "securityContext" not in container and template["spec"]["runtimeClassName"] == "nvidia"
+    assert max(gpus for _, gpus, _ in samples) <= 1
+    assert max(len(running) for _, _, running in samples) <= 1
+    assert node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [EXPOSED]
+
+
+def test_a_surge_roll_leaves_the_node_without_gpus(node_plane: ControlPlane, node: Node, handmade: None) -> None:
+    """Why the rendered strategy is `maxSurge: 0`: a plugin pod surged beside the old one registers the same resource;
+    when the old one ends, the kubelet disconnects the client registered under that resource name, which is the new
+    plugin's (kubelet v1.36.3 pkg/kubelet/cm/devicemanager/plugin/v1beta1/handler.go:122-134, runClient), and marks
+    the resource unhealthy (manager.go:247-257). The new plugin, like NVIDIA's, registers again only when the kubelet
+    restarts: the node stays at 0 allocatable GPUs with a healthy-looking plugin pod Running."""
+    surge = {
+        "spec": {
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {"metadata": {"annotations": {"hidden-gpu.test/roll": "surge"}}},
+        }
+    }
+
+    def roll() -> None:
+        node_plane.request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{HAND_NAMESPACE}/daemonsets/{HAND_NAME}",
+            surge,
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    def surged(pod: dict[str, Any]) -> bool:
+        return (pod["metadata"].get("annotations") or {}).get("hidden-gpu.test/roll") == "surge"
+
+    def stranded() -> bool:
+        pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")[
+            "items"
+        ]
+        return len(pods) == 1 and surged(pods[0]) and pods[0]["status"].get("phase") == "Running"
+
+    samples = sampled(node_plane, roll, stranded, "the surged pod alone")
+    time.sleep(10)  # long past any re-registration
+    report("surge", samples, node)
+    assert max(len(running) for _, _, running in samples) == 2, "the roll never surged"
+    assert node.allocatable() == 0, "the kubelet kept the surged plugin"
+    # Recovery: the plugin restarted (its pod deleted) registers again.
+    pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")
+    for pod in pods["items"]:
+        node_plane.request("DELETE", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods/{pod['metadata']['name']}")
+    eventually(lambda: one_plugin_serving(node_plane, node, surged), "the plugin registered again")
+
+
+def report(what: str, samples: list[Sample], node: Node) -> None:
+    counts = [gpus for _, gpus, _ in samples]
+    zero = [t for t, gpus, _ in samples if gpus == 0]
+    seen = {pod for _, _, running in samples for pod in running}
+    print(
+        f"{what}: {len(samples)} samples over {samples[-1][0]} s; allocatable min {min(counts)} max {max(counts)}; "
+        f"at 0 for {len(zero)} samples ({zero[:1]}..{zero[-1:]}); plugin pods seen {sorted(seen)}, most at once "
+        f"{max(len(r) for _, _, r in samples)}; registrations {registrations(node, seen)}"
+    )
