@@ -2,12 +2,14 @@
 per node outside a pool) that selects only the GPUs the stack exposes there."""
 
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
-from typing import TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import PART_OF, PART_OF_LABEL, Token
+from components.inputs import derive, validated_input
 from components.node_labels import device_selector
 from stack_config.errors import validated
 from stack_config.models import DeviceUuid, ObjectName
@@ -18,8 +20,9 @@ class GpuDeviceClassesArgs(TypedDict):
 
     driver: str
     """The DRA driver that publishes the GPUs (NVIDIA's: `gpu.nvidia.com`)."""
-    classes: dict[str, list[str]]
-    """DeviceClass name -> the exposed UUIDs it selects."""
+    classes: Mapping[str, pulumi.Input[Sequence[pulumi.Input[str]]]]
+    """DeviceClass name -> the exposed UUIDs it selects. The UUIDs may be Outputs, validated once known (where a
+    preview does not know them, neither does it the selector); the names are plain: each names a resource."""
 
 
 class GpuDeviceClasses(pulumi.ComponentResource):
@@ -33,7 +36,8 @@ class GpuDeviceClasses(pulumi.ComponentResource):
         super().__init__(Token.GPU_DEVICE_CLASSES, name, None, opts)
         # Checked here too: a consumer's values are written into CEL.
         driver = validated(ObjectName, args["driver"], ("driver",))
-        classes = validated(dict[ObjectName, list[DeviceUuid]], args["classes"], ("classes",))
+        classes: dict[str, Any] = validated(dict[ObjectName, Any], args["classes"], ("classes",))
+        component = f"GpuDeviceClasses {name}"
         self.device_classes = {
             class_name: k8s.resource.v1.DeviceClass(
                 f"{name}-{class_name}",
@@ -41,7 +45,12 @@ class GpuDeviceClasses(pulumi.ComponentResource):
                 spec=k8s.resource.v1.DeviceClassSpecArgs(
                     selectors=[
                         k8s.resource.v1.DeviceSelectorArgs(
-                            cel=k8s.resource.v1.CELDeviceSelectorArgs(expression=device_selector(driver, uuids))
+                            cel=k8s.resource.v1.CELDeviceSelectorArgs(
+                                expression=derive(
+                                    validated_input(list[DeviceUuid], uuids, ("classes", class_name), component),
+                                    lambda known: device_selector(driver, known),
+                                )
+                            )
                         )
                     ]
                 ),

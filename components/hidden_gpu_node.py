@@ -2,10 +2,8 @@
 
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
 import hashlib
-import inspect
 import typing
-from collections.abc import Callable
-from typing import NotRequired, TypedDict, TypeVar
+from typing import NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -38,6 +36,7 @@ from common.names import (
     plugin_labels,
     runtime_class_name,
 )
+from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, runtime_class_of
 from components.stack_types import DevicePluginSpec, NodeSpec
 from stack_config.errors import ConfigError, InvalidInputError, as_written, validated
@@ -58,7 +57,6 @@ EMPTY_OUTPUT = (
     "which objects it gets); a node that hides every GPU says so with a plain empty list"
 )
 PLAIN_ONLY = "must be a plain value, not an Output: it decides which objects the node gets"
-T = TypeVar("T")
 
 
 class HiddenGpuNodeArgs(TypedDict):
@@ -84,21 +82,6 @@ Node = NodeConfig | pulumi.Output[NodeConfig]
 known."""
 
 
-def _derive(node: Node, make: Callable[[NodeConfig], T]) -> pulumi.Input[T]:
-    """What `make` writes for the node: a plain value for a plain node, so the program renders as it always did; else
-    an Output, unknown in a preview that does not know the node (never a default: an empty NVIDIA_VISIBLE_DEVICES
-    would not say "no GPU" to every runtime)."""
-    return node.apply(make) if isinstance(node, pulumi.Output) else make(node)
-
-
-def _is_plain(value: object) -> bool:
-    if isinstance(value, pulumi.Output) or inspect.isawaitable(value):
-        return False
-    if isinstance(value, dict):
-        return all(_is_plain(item) for item in value.values())
-    return all(_is_plain(item) for item in value) if isinstance(value, list | tuple) else True
-
-
 def _runs_plugin(spec: NodeSpec) -> bool:
     """Whether the node gets a plugin: decided before any Output is known, as a preview must list the objects."""
     exposed = spec.get("exposedGpus")
@@ -106,25 +89,16 @@ def _runs_plugin(spec: NodeSpec) -> bool:
 
 
 def _node(component: str, spec: NodeSpec, runs_plugin: bool) -> Node:
-    outputs = [key for key, value in spec.items() if not _is_plain(value)]
-    plain_only = [ConfigError(("node", key), PLAIN_ONLY) for key in outputs if key not in NODE_OUTPUT_KEYS]
+    plain_only = [
+        ConfigError(("node", k), PLAIN_ONLY) for k, v in spec.items() if k not in NODE_OUTPUT_KEYS and not is_plain(v)
+    ]
     if plain_only:
         raise InvalidInputError.of(plain_only)
-    if not outputs:
-        node: NodeConfig = validated(NodeConfig, spec, ("node",))
-        return node
-    return pulumi.Output.from_input(spec).apply(lambda known: _known_node(component, known, runs_plugin))
 
+    def plugin_has_gpus(node: NodeConfig) -> list[ConfigError]:
+        return [ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])] if runs_plugin and not node.exposed_gpus else []
 
-def _known_node(component: str, spec: object, runs_plugin: bool) -> NodeConfig:
-    """The node once its Outputs are known, judged by the stack models as a plain one is at once. Raised in an apply,
-    a RunError is what `up` and `preview` report as its message alone, as the program does an invalid stack."""
-    try:
-        node: NodeConfig = validated(NodeConfig, spec, ("node",))
-        if runs_plugin and not node.exposed_gpus:
-            raise InvalidInputError.of([ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])])
-    except InvalidInputError as error:
-        raise pulumi.RunError(f"invalid inputs of HiddenGpuNode {component}: {error}") from None
+    node: Node = validated_input(NodeConfig, spec, ("node",), f"HiddenGpuNode {component}", plugin_has_gpus)
     return node
 
 
@@ -192,7 +166,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.label_patch = k8s.core.v1.NodePatch(
             # Children are named off the component's name (the program names it after the node).
             f"{name}-operator-labels",
-            metadata=_derive(
+            metadata=derive(
                 node,
                 lambda n: k8s.meta.v1.ObjectMetaPatchArgs(
                     name=n.name,
@@ -243,7 +217,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=needs, delete_before_replace=True),
             )
 
-        self.summary = pulumi.Output.from_input(_derive(node, _summary))
+        self.summary = pulumi.Output.from_input(derive(node, _summary))
         self.register_outputs({"summary": self.summary})
 
 
@@ -290,14 +264,14 @@ def plugin_config(node: NodeConfig) -> str | None:
 def _runtime_class(prefix: str, node: Node, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
     return k8s.node.v1.RuntimeClass(
         f"{prefix}-runtime-class",
-        metadata=_derive(
+        metadata=derive(
             node, lambda n: k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(n.name), labels=plugin_labels(n.name))
         ),
         handler=NVIDIA_RUNTIME_HANDLER,
         # Pods that pick this class land on this node: the nvidia runtime is only offered
         # where a pinned plugin decides which GPUs a pod gets. By our own label: the
         # kubernetes.io/hostname label need not equal the node's name.
-        scheduling=_derive(node, lambda n: k8s.node.v1.SchedulingArgs(node_selector={NODE_LABEL: n.name})),
+        scheduling=derive(node, lambda n: k8s.node.v1.SchedulingArgs(node_selector={NODE_LABEL: n.name})),
         opts=opts,
     )
 
@@ -307,14 +281,14 @@ def _config_map(
 ) -> k8s.core.v1.ConfigMap:
     return k8s.core.v1.ConfigMap(
         f"{prefix}-plugin-config",
-        metadata=_derive(
+        metadata=derive(
             node,
             lambda n: k8s.meta.v1.ObjectMetaArgs(
                 name=plugin_config_name(n.name), namespace=_namespace(n, plugin_namespace), labels=plugin_labels(n.name)
             ),
         ),
         # Declared only for a time-sliced node, which has a config.
-        data=_derive(node, lambda n: {PLUGIN_CONFIG_KEY: typing.cast(str, plugin_config(n))}),
+        data=derive(node, lambda n: {PLUGIN_CONFIG_KEY: typing.cast(str, plugin_config(n))}),
         opts=opts,
     )
 
@@ -419,8 +393,8 @@ def _device_plugin(
 ) -> k8s.apps.v1.DaemonSet:
     return k8s.apps.v1.DaemonSet(
         f"{prefix}-device-plugin",
-        metadata=_derive(node, lambda n: _plugin_metadata(n, plugin, plugin_namespace)),
-        spec=_derive(node, lambda n: _plugin_spec(n, plugin, runtime_class)),
+        metadata=derive(node, lambda n: _plugin_metadata(n, plugin, plugin_namespace)),
+        spec=derive(node, lambda n: _plugin_spec(n, plugin, runtime_class)),
         opts=opts,
     )
 

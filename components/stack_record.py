@@ -5,6 +5,8 @@
 handed them. Deleted on destroy (unlike the node patches): a destroyed stack no longer claims its nodes.
 """
 
+import typing
+from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
 import pulumi
@@ -25,8 +27,9 @@ class StackRecordArgs(TypedDict):
     """The Pulumi stack's name."""
     namespace: pulumi.Input[str]
     """Where the record lives: the plugin namespace."""
-    exposed: dict[str, list[str]]
-    """Node name -> the UUIDs it exposes (never a hidden one: the cluster must not learn those)."""
+    exposed: pulumi.Input[Mapping[str, pulumi.Input[Sequence[pulumi.Input[str]]]]]
+    """Node name -> the UUIDs it exposes (never a hidden one: the cluster must not learn those). May be an Output, or
+    hold them (a HiddenGpuNode's `summary`, a node named by an Output): the record's data is then one too."""
 
 
 class StackRecord(pulumi.ComponentResource):
@@ -43,7 +46,10 @@ class StackRecord(pulumi.ComponentResource):
                 namespace=args["namespace"],
                 labels={PART_OF_LABEL: PART_OF, STACK_LABEL: stack_record_name(args["stack"])},
             ),
-            data=record_data(args["stack"], args["exposed"]),
+            # from_input unwraps every Output within, which its type does not say.
+            data=pulumi.Output.from_input(args["exposed"]).apply(
+                lambda exposed: record_data(args["stack"], typing.cast(Mapping[str, Sequence[str]], exposed))
+            ),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"name": self.config_map.metadata.name})

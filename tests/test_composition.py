@@ -12,8 +12,10 @@ import pytest
 from pulumi_policy import ReportViolation, StackValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
-from common.names import VISIBLE_DEVICES_ENV, Token
-from components import HiddenGpuNode
+from common.names import NVIDIA_DRA_DRIVER, VISIBLE_DEVICES_ENV, Token, runtime_class_name
+from components import GpuDeviceClasses, HiddenGpuNode, StackRecord
+from components.node_labels import device_selector
+from components.stack_claims import record_data
 from offline.program import ProgramRun, run_callable, run_program
 from offline.sdk import UNKNOWN
 from policy.rules import RESOURCE_VALIDATORS, plugin_nodes_have_label_patch
@@ -151,12 +153,15 @@ def test_keys_that_decide_which_objects_exist_refuse_outputs() -> None:
     )
 
 
-def unknown_at(value: Any, *path: str) -> bool:
-    """Whether the value at `path` is unknown: it, or an object holding it."""
+def unknown_at(value: Any, *path: str | int) -> bool:
+    """Whether the value at `path` is unknown: it, or an object or list holding it."""
     for key in path:
         if value == UNKNOWN:
             return True
-        value = value.get(key) if isinstance(value, dict) else None
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            return False
     return bool(value == UNKNOWN)
 
 
@@ -210,3 +215,42 @@ def test_the_policy_pack_accepts_a_composed_node_and_waits_for_what_a_preview_do
     composed = consumer([EXPOSED], HIDDEN, from_resource, name_source=from_resource)
     assert policy_verdicts(run_callable(composed, "test")) == []
     assert set(policy_verdicts(run_callable(composed, "test", preview=True))) == {"unknown"}
+
+
+def test_a_stack_record_and_device_classes_take_the_composed_nodes_outputs() -> None:
+    """What else names a node's UUIDs takes them as Outputs too: the record from the node's summary, a DeviceClass's
+    selector from the same Output the node got."""
+
+    def program(exposed: Source) -> Callable[[], None]:
+        def declare() -> None:
+            uuids = exposed([EXPOSED, SECOND])
+            component = HiddenGpuNode(
+                NAME, {"node": {"name": NAME, "exposedGpus": uuids}, "device_plugin": {}, "plugin_namespace": "ns"}
+            )
+            record: pulumi.Input[Any] = component.summary.apply(lambda summary: {NAME: summary["exposedUuids"]})
+            StackRecord("record", {"stack": "test", "namespace": "ns", "exposed": record})
+            GpuDeviceClasses("classes", {"driver": NVIDIA_DRA_DRIVER, "classes": {runtime_class_name(NAME): uuids}})
+
+        return declare
+
+    composed, reference = run_callable(program(from_resource), "test"), run_callable(program(plain), "test")
+    assert declared(composed) == declared(reference)
+    record_map = only([r for r in composed.resources if r.name == "record-config-map"])
+    assert record_map.inputs["data"] == record_data("test", {NAME: [EXPOSED, SECOND]})
+    selector = only(composed.of_type(Token.DEVICE_CLASS)).inputs["spec"]["selectors"][0]["cel"]["expression"]
+    assert selector == device_selector(NVIDIA_DRA_DRIVER, [EXPOSED, SECOND])
+
+    previewed = run_callable(program(from_resource), "test", preview=True)
+    assert unknown_at(only(previewed.of_type(Token.DEVICE_CLASS)).inputs, "spec", "selectors", 0, "cel", "expression")
+    assert unknown_at(only([r for r in previewed.resources if r.name == "record-config-map"]).inputs, "data")
+
+
+def test_a_bad_uuid_of_a_device_class_from_an_output_fails_in_one_line() -> None:
+    def program() -> None:
+        GpuDeviceClasses("classes", {"driver": NVIDIA_DRA_DRIVER, "classes": {"hidden-gpu-a": from_resource(["all"])}})
+
+    with pytest.raises(pulumi.RunError) as refused:
+        run_callable(program, "test")
+    assert str(refused.value) == (
+        'invalid inputs of GpuDeviceClasses classes: classes.hidden-gpu-a[0] = "all": not a GPU: list each GPU by its UUID'
+    )

@@ -324,6 +324,10 @@ def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
     assert set(definitions["StackRecord"].inputs) == {"stack", "namespace", "exposed"}
     assert set(definitions["GpuQuotas"].inputs) == {"quotas", "deviceClasses"}
     assert set(definitions["GpuDeviceClasses"].inputs) == {"driver", "classes"}
+    # A class's name names a resource: plain; its UUIDs and a record's, like a node's, may be Outputs.
+    classes = definitions["GpuDeviceClasses"].inputs["classes"]
+    assert classes.plain and classes.additional_properties is not None and not classes.additional_properties.plain
+    assert not definitions["StackRecord"].inputs["exposed"].plain
     assert definitions["GpuPool"].outputs["runtimeClass"].ref is not None  # a kubernetes resource reference
     node = definitions["HiddenGpuNode"]
     assert set(node.inputs) == {"node", "devicePlugin", "pluginNamespace", "poolClass"}
