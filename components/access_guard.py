@@ -83,9 +83,13 @@ class AccessGuardArgs(TypedDict):
     guard: GuardSpec
     """The stack's `guard` settings, as the stack file writes them."""
     plugin_namespace: str
-    """The device plugin's namespace, which the guard always exempts (its pods mount host paths)."""
+    """The device plugin's namespace, which the guard always exempts (its pods mount host paths). Plain, not an Output:
+    it is written into every policy's CEL, which the guard composes whole, and a preview must show whom the guard
+    exempts."""
     gpu_device_classes: NotRequired[list[str]]
-    """The stack's own DeviceClasses (hidden-gpu:dra), which tenants may claim from; none if absent."""
+    """The stack's own DeviceClasses (hidden-gpu:dra), which tenants may claim from; none if absent. Plain: they are
+    the names of GpuDeviceClasses' resources. The guard takes no node name and no UUID: a composed node's Outputs
+    never reach it."""
 
 
 def guard_args(stack: StackConfig) -> AccessGuardArgs:

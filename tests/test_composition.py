@@ -27,6 +27,7 @@ from tests.test_policy import Collected, policy_resource, resource_args
 NAME = "gpu-node-01"
 SECOND = HIDDEN[0]
 Source = Callable[[Any], pulumi.Input[Any]]
+NODE_KEYS = {"name": "node", "exposedGpus": "exposed", "hiddenGpus": "hidden"}
 
 
 def plain(value: Any) -> Any:
@@ -80,6 +81,21 @@ def test_uuids_and_name_from_outputs_declare_what_plain_values_do(source: Source
     assert declared(composed) == declared(reference)
     assert composed.outputs == reference.outputs
     assert composed.outputs["summary"]["exposedUuids"] == exposed
+
+
+def test_a_stack_reference_feeds_the_node() -> None:
+    """Another stack's outputs (an inventory stack's), read as `pulumi up` reads them: known in a preview too."""
+    inventory = {"node": NAME, "exposed": [EXPOSED], "hidden": HIDDEN}
+    live = {("pulumi:pulumi:StackReference", "org/gpu-inventory/prod"): {"outputs": inventory}}
+
+    def program() -> None:
+        outputs = pulumi.StackReference("org/gpu-inventory/prod")
+        spec: Any = {key: outputs.get_output(of) for key, of in NODE_KEYS.items()}
+        HiddenGpuNode(NAME, {"node": spec, "device_plugin": {}, "plugin_namespace": "hidden-gpu-system"})
+
+    composed = run_callable(program, "test", live=live)
+    assert declared(composed) == declared(run_callable(consumer([EXPOSED], HIDDEN, plain), "test"))
+    assert visible_devices(run_callable(program, "test", live=live, preview=True)) == EXPOSED
 
 
 def test_items_of_a_plain_list_may_be_outputs() -> None:
