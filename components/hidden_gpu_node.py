@@ -95,8 +95,10 @@ def _node(component: str, spec: NodeSpec, runs_plugin: bool) -> Node:
     if plain_only:
         raise InvalidInputError.of(plain_only)
 
-    def plugin_has_gpus(node: NodeConfig) -> list[ConfigError]:
-        return [ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])] if runs_plugin and not node.exposed_gpus else []
+    def plugin_has_gpus(known: NodeConfig) -> list[ConfigError]:
+        return (
+            [ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])] if runs_plugin and not known.exposed_gpus else []
+        )
 
     node: Node = validated_input(NodeConfig, spec, ("node",), f"HiddenGpuNode {component}", plugin_has_gpus)
     return node
