@@ -279,9 +279,20 @@ class Node:
             archive = images.oci_archive(image, files, directory)
             images.import_archive(self.bin_dir / "ctr", self.containerd_socket, archive, self.snapshotter)
 
-    def _start_kubelet(self) -> None:
+    def restart_kubelet(
+        self, node_labels: dict[str, str] | None = None, *, before: Callable[[], None] = lambda: None
+    ) -> None:
+        """Stop the kubelet, run `before` (say, delete the Node object), start it again with `--node-labels` when
+        given, and wait until the node is Ready: a reinstall or a kubelet upgrade. Containers keep running; device
+        plugins see kubelet.sock created anew and register again."""
+        self._terminate("kubelet")
+        before()
+        self._start_kubelet(node_labels)
+        self.wait_ready()
+
+    def _start_kubelet(self, node_labels: dict[str, str] | None = None) -> None:
         k = self.root / "kubelet"
-        k.mkdir()
+        k.mkdir(exist_ok=True)
         identity = f"system:node:{self.name}"
         # The kubelet's own rights: the system:node role for its group (the API server here authorizes with RBAC
         # only, without the Node authorizer; NodeRestriction admission still limits it to its own node and pods).
@@ -326,7 +337,9 @@ class Node:
             "kubelet",
             [str(self.bin_dir / "kubelet"), f"--config={k / 'config.yaml'}",
              f"--kubeconfig={self.plane.kubeconfig(identity)}", f"--root-dir={self.kubelet_root}",
-             f"--cert-dir={k / 'pki'}", f"--hostname-override={self.name}", "--v=1"],
+             f"--cert-dir={k / 'pki'}", f"--hostname-override={self.name}", "--v=1",
+             *([f"--node-labels={','.join(f'{key}={value}' for key, value in node_labels.items())}"]
+               if node_labels else [])],
             dict(os.environ),
         )  # fmt: skip
 

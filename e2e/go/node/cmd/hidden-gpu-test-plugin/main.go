@@ -10,7 +10,7 @@
 //     (cmd/nvidia-device-plugin/main.go:402-417).
 //   - it serves nvidia-gpu.sock in /var/lib/kubelet/device-plugins (internal/plugin/server.go:103-107) and
 //     registers resource nvidia.com/gpu with the kubelet at kubelet.sock (server.go:229-256), again when the
-//     kubelet's socket is created anew (main.go:314-320; polled here instead of inotify).
+//     kubelet's socket is created anew (main.go:314-320; inotify here, fsnotify there).
 //   - DEVICE_ID_STRATEGY uuid only (the devices' IDs are their UUIDs); other values are refused.
 //   - Allocate answers as getAllocateResponse (server.go:322-364) does for DEVICE_LIST_STRATEGY, a comma
 //     list of: cdi-cri, one CDI device nvidia.com/gpu=<id> per ID (updateResponseForCDI, server.go:377-408);
@@ -36,7 +36,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -95,10 +97,13 @@ func main() {
 
 // serve runs the gRPC server and registers it, until ctx ends or the kubelet's socket is created anew.
 func (p *plugin) serve(ctx context.Context) error {
-	kubelet, err := os.Stat(pluginapi.KubeletSocket)
+	// Watched before registering, so a kubelet restarting meanwhile is seen. By inotify, as NVIDIA's plugin does
+	// (fsnotify): a poll comparing the socket's inode missed a restart when the new socket got the old inode.
+	created, err := watchCreate(pluginapi.DevicePluginPath)
 	if err != nil {
 		return err
 	}
+	defer unix.Close(created)
 	socket := filepath.Join(pluginapi.DevicePluginPath, endpoint)
 	_ = os.Remove(socket)
 	listener, err := net.Listen("unix", socket)
@@ -120,11 +125,48 @@ func (p *plugin) serve(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
-		now, err := os.Stat(pluginapi.KubeletSocket)
-		if err != nil || !os.SameFile(kubelet, now) {
-			return fmt.Errorf("kubelet socket %s replaced: the kubelet restarted", pluginapi.KubeletSocket)
+		names, err := createdNames(created)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(names, filepath.Base(pluginapi.KubeletSocket)) {
+			return fmt.Errorf("kubelet socket %s created anew: the kubelet restarted", pluginapi.KubeletSocket)
+		}
+	}
+}
+
+// watchCreate returns a non-blocking inotify descriptor reporting files created in dir.
+func watchCreate(dir string) (int, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return -1, fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("inotify watch %s: %w", dir, err)
+	}
+	return fd, nil
+}
+
+// createdNames drains the descriptor: the names of the files created since the last call.
+func createdNames(fd int) ([]string, error) {
+	var names []string
+	buffer := make([]byte, 4096)
+	for {
+		n, err := unix.Read(fd, buffer)
+		if err == unix.EAGAIN {
+			return names, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("inotify read: %w", err)
+		}
+		for offset := 0; offset+unix.SizeofInotifyEvent <= n; {
+			event := (*unix.InotifyEvent)(unsafe.Pointer(&buffer[offset]))
+			name := buffer[offset+unix.SizeofInotifyEvent : offset+unix.SizeofInotifyEvent+int(event.Len)]
+			names = append(names, strings.TrimRight(string(name), "\x00"))
+			offset += unix.SizeofInotifyEvent + int(event.Len)
 		}
 	}
 }

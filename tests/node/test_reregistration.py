@@ -1,0 +1,145 @@
+"""A node registered again, on the real kubelet (issue 32, 2): the Node object deleted and the kubelet restarted, as a
+reinstall does. Read from the API server's watch, so the first version of the new Node is seen, whatever comes
+after it:
+
+- without the kubelet's `--node-labels`, the Node comes back without the switch: the GPU Operator would deploy its
+  all-GPU plugin there until a repair re-applies it (docs/operations.md's windows);
+- with `--node-labels` holding the switches and hidden-gpu's node label, the first version already has them: no
+  window, and a tenant pod of the node's RuntimeClass (whose scheduling selects hidden-gpu's node label) runs on its
+  allocated GPU with no repair.
+
+Either way the plugin registers again once the kubelet's socket is created anew, and the node advertises the exposed
+count again: a kubelet restart, on the real kubelet and the stand-in plugin."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS
+from e2e.controlplane import ApiError, ControlPlane
+from e2e.node import Node, Toolkit
+from tests.node.conftest import (
+    GPU,
+    NODE,
+    apply_render,
+    delete_pods,
+    eventually,
+    plugin_pod,
+    probe_pod,
+    rendered_objects,
+    run_probe,
+    seen,
+)
+from tests.support.stacks import EXPOSED
+
+STRATEGY = "envvar"
+# What docs/operations.md tells a platform team to put on a shared host's kubelet.
+NODE_LABELS = {DEVICE_PLUGIN_LABEL: "false", OPERAND_LABELS["gpu_feature_discovery"]: "false", NODE_LABEL: NODE}
+
+
+@pytest.fixture(scope="module")
+def deployed(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    node.toolkit(Toolkit())
+    apply_render(node_plane, rendered_objects(tmp_path_factory.mktemp("render"), STRATEGY, guard=False))
+    eventually(lambda: plugin_pod(node_plane, STRATEGY), "the plugin pod Running")
+    yield
+    delete_pods(node_plane, node)
+
+
+class FirstRegistration(threading.Thread):
+    """The first version of the Node the API server hands a watch that starts while no Node of that name exists."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        super().__init__(daemon=True)
+        self.plane = plane
+        self.first: dict[str, Any] | None = None
+        self.started = threading.Event()
+
+    def run(self) -> None:
+        context = ssl.create_default_context(cafile=str(self.plane.root / "pki/ca.crt"))
+        request = urllib.request.Request(
+            f"{self.plane.url}/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{NODE}&timeoutSeconds=120"
+        )
+        request.add_header("Authorization", f"Bearer {self.plane.tokens['admin']}")
+        with urllib.request.urlopen(request, context=context, timeout=130) as response:
+            self.started.set()
+            for line in response:
+                event = json.loads(line)
+                if event["type"] == "ADDED":
+                    self.first = event["object"]
+                    return
+
+
+def register_again(plane: ControlPlane, node: Node, node_labels: dict[str, str] | None) -> dict[str, Any]:
+    """Stop the kubelet, delete the Node, watch, start the kubelet (with `node_labels`); the new Node's first
+    version."""
+    watch = FirstRegistration(plane)
+
+    def delete_node() -> None:
+        plane.request("DELETE", f"/api/v1/nodes/{NODE}")
+        eventually(lambda: not exists(plane), "the Node gone")
+        watch.start()
+        watch.started.wait(10)
+
+    node.restart_kubelet(node_labels, before=delete_node)
+    watch.join(10)
+    assert watch.first is not None, "no ADDED event"
+    return watch.first
+
+
+def advertised_again(node: Node) -> float:
+    """Seconds until the plugin has registered again and the node advertises the exposed GPU."""
+    started = time.monotonic()
+    eventually(lambda: node.allocatable() == 1, "the plugin registered again: 1 GPU allocatable")
+    assert node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [EXPOSED]
+    return time.monotonic() - started
+
+
+def exists(plane: ControlPlane) -> bool:
+    try:
+        plane.request("GET", f"/api/v1/nodes/{NODE}")
+    except ApiError as error:
+        if error.code == 404:
+            return False
+        raise
+    return True
+
+
+def test_without_the_kubelet_flag_the_node_comes_back_unhidden_and_without_our_plugin(
+    node_plane: ControlPlane, node: Node, deployed: None, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The switch is gone, so the operator's plugin would come; and ours cannot run: its pod's RuntimeClass schedules
+    by hidden-gpu's node label (RuntimeClass admission copies it into the pod's nodeSelector), which went with the
+    old Node, so the kubelet refuses the pod it had (NodeAffinity) and the new one stays Pending. The exposed GPU is
+    not advertised until the repair puts the labels back."""
+    first = register_again(node_plane, node, None)
+    labels = first["metadata"].get("labels", {})
+    assert DEVICE_PLUGIN_LABEL not in labels and NODE_LABEL not in labels, labels
+    time.sleep(10)  # the kubelet's admission and the scheduler have had their turn
+    assert node.allocatable() == 0
+    assert "Predicate NodeAffinity failed" in node.log("kubelet")
+    # The repair: what `up` after a refresh applies again (the node's label patch among the render's objects).
+    apply_render(node_plane, rendered_objects(tmp_path_factory.mktemp("repair"), STRATEGY, guard=False))
+    assert node.node()["metadata"]["labels"][DEVICE_PLUGIN_LABEL] == "false"
+    print(f"without --node-labels: GPU advertised again {advertised_again(node):.1f} s after the repair")
+
+
+def test_with_the_kubelet_flag_the_node_is_hidden_from_its_first_version(
+    node_plane: ControlPlane, node: Node, deployed: None
+) -> None:
+    first = register_again(node_plane, node, NODE_LABELS)
+    labels = first["metadata"].get("labels", {})
+    assert {key: labels.get(key) for key in NODE_LABELS} == NODE_LABELS, labels
+    print(f"with --node-labels: GPU advertised again {advertised_again(node):.1f} s after the kubelet was Ready")
+    # No repair ran: the plugin and a tenant pod of the node's RuntimeClass find the node by hidden-gpu's node label.
+    result = run_probe(node_plane, node, probe_pod("after-reregistration", gpus=1))
+    assert result["pod"]["spec"]["nodeName"] == NODE
+    assert seen(result["lines"]) == {EXPOSED}
