@@ -82,6 +82,7 @@ class ControlPlane:
     tokens: dict[str, str]
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     commands: dict[str, list[str]] = field(default_factory=dict)
+    envs: dict[str, dict[str, str]] = field(default_factory=dict)
     _plurals: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=lambda: dict(IDENTITIES))
 
@@ -156,8 +157,19 @@ class ControlPlane:
         self.commands[name] = [str(binary), *args]
         with (self.root / f"{name}.log").open("ab") as log:  # the child keeps its own descriptor
             self.processes[name] = subprocess.Popen(
-                self.commands[name], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                self.commands[name],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self.envs.get(name),
             )
+
+    def spawn(self, name: str, binary: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        """One more process beside the plane's own (the real tier's kwok): logged to `<name>.log` (log()),
+        restarted by restart(), stopped before the others by stop()."""
+        if env is not None:
+            self.envs[name] = env
+        self._spawn(name, binary, *args)
 
     def kill(self, name: str) -> None:
         """SIGKILL one component, as a crash or a lost machine would end it: no graceful shutdown."""
