@@ -1,10 +1,5 @@
-"""The real tier's stand-in for what it cannot run, and its Pulumi workspace.
-
-No container runtime runs here, so FakeKubelet reports what the kubelets of the fixture nodes would:
-pods bound there Running and Ready, deleted ones gone once "stopped", and nvidia.com/gpu capacity as the
-device plugin on the node advertises it (the kubelet's device manager does that once the plugin
-registers; without one, none). Everything else is the real thing.
-"""
+"""The real tier's Pulumi workspace and helpers. What stands in for the nodes' kubelets (kwok) is started
+with the control plane (tests/real/conftest.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +7,6 @@ import copy
 import json
 import os
 import runpy
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +15,7 @@ from typing import Any, TypeVar
 import pulumi
 from pulumi import automation as auto
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, PLUGIN_NAME, PLUGIN_NAME_LABEL, PROJECT, STACK_FILE_ENV
+from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, STACK_FILE_ENV
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import TENANT
@@ -91,85 +85,6 @@ def pulumi_stack(
     settings = None if own_project_file else auto.ProjectSettings(name=PROJECT, runtime="python")
     options = auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env, project_settings=settings)
     return auto.create_or_select_stack(stack_name=name, project_name=PROJECT, program=inline, opts=options)
-
-
-class FakeKubelet(threading.Thread):
-    """What the kubelets of the two fixture nodes would report: pods bound there Running and Ready, deleted
-    ones gone once "stopped", and nvidia.com/gpu capacity as the plugin on the node advertises it."""
-
-    def __init__(self, plane: ControlPlane, nodes: list[str]) -> None:
-        super().__init__(daemon=True)
-        self.plane = plane
-        self.nodes = nodes
-        self.stopping = threading.Event()
-
-    def __enter__(self) -> FakeKubelet:
-        self.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stopping.set()
-        self.join()
-
-    def run(self) -> None:
-        while not self.stopping.wait(0.3):
-            try:
-                self.report()
-            except (ApiError, OSError):  # a refusal, or an API server a test has killed
-                continue
-
-    def report(self) -> None:
-        plugins: dict[str, int] = {}
-        for pod in self.plane.request("GET", "/api/v1/pods")["items"]:
-            spec, status, meta = pod["spec"], pod.get("status", {}), pod["metadata"]
-            if not spec.get("nodeName"):
-                continue
-            if meta.get("deletionTimestamp"):  # containers stopped: the kubelet removes the pod for good
-                self.plane.request(
-                    "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", {"gracePeriodSeconds": 0}
-                )
-                continue
-            env = {e["name"]: e.get("value", "") for e in spec["containers"][0].get("env", [])}
-            if "NVIDIA_VISIBLE_DEVICES" in env and meta.get("labels", {}).get(PLUGIN_NAME_LABEL) == PLUGIN_NAME:
-                plugins[spec["nodeName"]] = len(env["NVIDIA_VISIBLE_DEVICES"].split(","))
-            if status.get("phase") == "Running":
-                continue
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            ready = {"status": "True", "lastTransitionTime": now}
-            self.plane.request(
-                "PATCH",
-                f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}/status",
-                {
-                    "status": {
-                        "phase": "Running",
-                        "startTime": now,
-                        "conditions": [{"type": t, **ready} for t in ("Initialized", "ContainersReady", "Ready")],
-                        "containerStatuses": [
-                            {
-                                "name": c["name"],
-                                "image": c["image"],
-                                "imageID": "",
-                                "ready": True,
-                                "started": True,
-                                "restartCount": 0,
-                                "state": {"running": {"startedAt": now}},
-                            }
-                            for c in spec["containers"]
-                        ],
-                    }
-                },
-                content_type="application/merge-patch+json",
-            )
-        for node in self.nodes:
-            gpus = str(plugins.get(node, 0))
-            live = self.plane.request("GET", f"/api/v1/nodes/{node}")["status"]["capacity"].get("nvidia.com/gpu")
-            if live != gpus:
-                self.plane.request(
-                    "PATCH",
-                    f"/api/v1/nodes/{node}/status",
-                    {"status": {"capacity": {"nvidia.com/gpu": gpus}, "allocatable": {"nvidia.com/gpu": gpus}}},
-                    content_type="application/merge-patch+json",
-                )
 
 
 def denial(plane: ControlPlane, obj: dict[str, Any], namespace: str = TENANT, identity: str = "tenant") -> str | None:

@@ -1,8 +1,8 @@
 """Dynamic Resource Allocation on the real API server and the real scheduler (issue 31): the stack's GPU DeviceClasses
 hand out exposed GPUs only, under load, and the claims policy keeps tenants off every other class.
 
-Its own control plane: the session's guard is another stack's. The one stand-in is the DRA driver's kubelet plugin:
-its ResourceSlices are published by the API, under an identity of their own with the ClusterRole NVIDIA's chart gives
+Its own control plane: the session's guard is another stack's. Its nodes' kubelets are kwok (conftest.py), as in the
+whole tier; the other stand-in is the DRA driver's kubelet plugin: its ResourceSlices are published by the API, under an identity of their own with the ClusterRole NVIDIA's chart gives
 the plugin, in the shape k8s-dra-driver-gpu v0.4.0 publishes (pool = node, devices `gpu-<minor>`, attributes `type`
 and `uuid`, unqualified, so in the driver's domain). Everything that decides who gets a device is real: admission,
 quota, and the scheduler's DRA allocator.
@@ -22,7 +22,7 @@ from cluster import verify
 from common.names import CLAIMS_POLICY_NAME, NVIDIA_DRA_DRIVER, Token, dra_quota_key, pool_class_name
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
-from tests.real.conftest import TENANT, bind_tenants, eventually, seed
+from tests.real.conftest import TENANT, bind_tenants, eventually, kwok_plane, seed
 from tests.real.harness import denial, rule_in
 from tests.support.routes import CLAIM_BENIGN, CLAIM_ROUTES, NIC_CLASS, claim, exactly
 from tests.support.routes import GPU_CLASS as ROUTES_GPU_CLASS
@@ -100,7 +100,7 @@ def nic_slice(node: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def plane(bin_dir: Path) -> Iterator[ControlPlane]:
-    with ControlPlane.start(bin_dir, identities={DRIVER_IDENTITY: ["hidden-gpu:dra-drivers"]}) as started:
+    with kwok_plane(bin_dir, identities={DRIVER_IDENTITY: ["hidden-gpu:dra-drivers"]}) as started:
         seed(started)
         started.apply(
             {

@@ -5,7 +5,8 @@ retain, and a first `up` needs a cluster without one.
 
 Two witnesses: a sampler that reads the nodes and the guard every 50 ms throughout, and the API server's own
 audit log, which orders every write to the microsecond: each guard object's first successful write must
-complete before the first node patch is received."""
+complete before the first node patch is received. The nodes' kubelets are kwok (conftest.py), which runs the plugin
+pods `up` waits for and, like a kubelet, outlives the API server's death."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pulumi import automation as auto
 from common.names import CLAIMS_POLICY_NAME, DEVICE_PLUGIN_LABEL, ENV_KEYS_POLICY_NAME, POLICY_NAME
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import GPU_NODES, eventually, seeded_plane
-from tests.real.harness import FakeKubelet, pulumi_stack
+from tests.real.harness import pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
 STACK = "interrupted"
@@ -165,20 +166,19 @@ def interrupt_up_when(plane: ControlPlane, work: Path, moment: Any, what: str) -
 def test_an_interrupted_first_up_never_leaves_a_hidden_node_unguarded(plane: ControlPlane, tmp_path: Path) -> None:
     stack = stack_of(plane, tmp_path)
     sampler = Sampler(plane)
-    with FakeKubelet(plane, list(GPU_NODES)):
-        sampler.start()
-        try:
-            # Killed while the guard is being created: no node may be hidden yet.
-            interrupt_up_when(plane, tmp_path, lambda: bool(guard_present(plane)), "the first guard object")
-            # From nothing again, killed the moment a node is hidden: the guard must already be whole.
-            start_over(plane, stack)
-            interrupt_up_when(plane, tmp_path, lambda: bool(hidden_nodes(plane)), "the first hidden node")
-            # The next `up` finishes what the two left, and a preview then has nothing to do.
-            stack.up(on_output=None)
-            stack.preview(expect_no_changes=True)
-        finally:
-            sampler.stopping.set()
-            sampler.join()
+    sampler.start()
+    try:
+        # Killed while the guard is being created: no node may be hidden yet.
+        interrupt_up_when(plane, tmp_path, lambda: bool(guard_present(plane)), "the first guard object")
+        # From nothing again, killed the moment a node is hidden: the guard must already be whole.
+        start_over(plane, stack)
+        interrupt_up_when(plane, tmp_path, lambda: bool(hidden_nodes(plane)), "the first hidden node")
+        # The next `up` finishes what the two left, and a preview then has nothing to do.
+        stack.up(on_output=None)
+        stack.preview(expect_no_changes=True)
+    finally:
+        sampler.stopping.set()
+        sampler.join()
     assert hidden_nodes(plane) == set(GPU_NODES)
     assert guard_present(plane) == set(GUARD)
     assert sampler.hidden_seen and sampler.samples > 20, (sampler.samples, sampler.hidden_seen)

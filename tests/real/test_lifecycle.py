@@ -3,14 +3,13 @@ this program (__main__.py, as an Automation API inline program) against the loop
 a file backend and a passphrase. Every step is judged on the live objects through the API, never on
 Pulumi's words: preview, up, an empty second preview, a changed UUID, a node leaving the stack, destroy,
 cluster.release, and cluster.verify before and after tampering. The scheduler and the DaemonSet controller
-are real; the kubelet is not, so a small loop plays its part: it reports bound pods Running and Ready, and
-a node's nvidia.com/gpu as what the plugin there advertises (the kubelet's device manager does both)."""
+are real; the kubelets are kwok's controller (conftest.py), which runs bound pods (Running, Ready) and removes
+deleted ones. A node's nvidia.com/gpu is what the test registers it with: no device plugin runs here."""
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,8 @@ from common.names import (
 from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
 from e2e.controlplane import ApiError, ControlPlane
 from offline import config_reference, render
-from tests.real.conftest import add_gpu_node, eventually
-from tests.real.harness import PLUGIN_NAMESPACE, FakeKubelet, Stopwatch, pulumi_stack
+from tests.real.conftest import add_gpu_node, eventually, set_node_status
+from tests.real.harness import PLUGIN_NAMESPACE, Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
 STACK = "e2e"
@@ -80,13 +79,7 @@ def nodes(exposed: list[str]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def kubelet(plane: ControlPlane) -> Iterator[FakeKubelet]:
-    with FakeKubelet(plane, ["gpu-node-01", "gpu-node-02"]) as loop:
-        yield loop
-
-
-@pytest.fixture(scope="module")
-def project(plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory) -> Project:
+def project(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Project:
     work = tmp_path_factory.mktemp("pulumi")
     config = {
         "pulumi:disable-default-providers": ["kubernetes"],
@@ -101,6 +94,11 @@ def project(plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {DEVICE_PLUGIN_LABEL: "true"}}},
             manager="gpu-operator",
         )
+    # Each node's nvidia.com/gpu as the stack's pinned plugin will have its kubelet advertise it (what verify
+    # compares): kwok runs no plugin. That a kubelet advertises exactly the plugin's UUIDs is the node tier's to
+    # show (tests/node: a real kubelet and the stand-in plugin), not this one's.
+    for entry in nodes([EXPOSED]):
+        set_node_status(plane, entry["name"], len(entry["exposedGpus"]))
     result = Project(work, None, config)  # type: ignore[arg-type]
     result.write()
     # The project's own config declarations (generated into Pulumi.yaml): the real CLI type-checks the
@@ -256,6 +254,8 @@ def node_reregisters(plane: ControlPlane, project: Project, capsys: pytest.Captu
     status, out = run_verify(project, capsys)
     wrong = [line.split()[:3] for line in out.splitlines() if line.endswith("MISMATCH")]
     assert status == EXIT_FINDING and ["gpu-node-02", "label", DEVICE_PLUGIN_LABEL] in wrong, out
+    # And the operator's plugin's 8 GPUs the kubelet registered the node with, where the stack advertises none.
+    assert ["gpu-node-02", "capacity", "nvidia.com/gpu"] in wrong, out
     TIMES.timed("refresh", stack.refresh)
     TIMES.timed("up after refresh", stack.up)
     assert labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL] == "false"
@@ -323,9 +323,7 @@ def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.
     capsys.readouterr()
 
 
-def test_config_the_cli_adds_is_refused(
-    plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_config_the_cli_adds_is_refused(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Pulumi.yaml's project config sets the guard to audit for every stack; the stack file, what reviewers
     read, says nothing. The real CLI merges it in; the program refuses to run with it."""
     work = tmp_path_factory.mktemp("project-config")
@@ -349,7 +347,7 @@ def test_config_the_cli_adds_is_refused(
 
 
 def test_the_cli_type_checks_stack_config_against_the_declarations(
-    plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory
+    plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """Pulumi.yaml's generated declarations are ones the real CLI reads: a nodes value that is not a list
     is refused by the CLI itself, before the program runs."""
@@ -370,9 +368,7 @@ def test_the_cli_type_checks_stack_config_against_the_declarations(
     assert "invalid stack config" not in str(failed.value)  # the CLI refused it, not the program
 
 
-def test_a_rename_with_an_alias_keeps_the_object(
-    plane: ControlPlane, kubelet: FakeKubelet, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_a_rename_with_an_alias_keeps_the_object(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> None:
     """GpuQuotas named its quotas off the namespace; it now names them off itself, with an alias to the old
     name. The real engine, given a stack made by the old naming, keeps the object: no create, no delete,
     the same uid (what offline.diff says as 'renamed ... with an alias: Pulumi keeps the object')."""
