@@ -6,6 +6,7 @@ node, pull policy IfNotPresent as rendered), so nothing is substituted after the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import yaml
 from pulumi import automation as auto
 
 from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, POLICY_NAME, device_plugin_name
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import PLUGIN
 from e2e.node import Node, Toolkit
 from tests.node.conftest import GPU, NODE, PLUGIN_NAMESPACE, delete_pods, eventually, plugin_pod, stack
@@ -35,7 +36,8 @@ def upped(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPat
     # The modules before applied the render by hand (another strategy, another field manager): this `up` starts
     # from a node without a plugin, as a first `up` does. Taking over a plugin someone else applied is adoption's.
     plugins = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets"
-    node_plane.request("DELETE", f"{plugins}/{device_plugin_name(NODE)}")
+    with contextlib.suppress(ApiError):  # this module alone: there is none
+        node_plane.request("DELETE", f"{plugins}/{device_plugin_name(NODE)}")
     eventually(lambda: not pods_of_plugin(node_plane), "the earlier plugin pods gone")
     work = tmp_path_factory.mktemp("pulumi")
     config: dict[str, Any] = stack(STRATEGY)
