@@ -40,7 +40,7 @@ and what e2e/gpu_node_run.py adds."""
 # finds what they share (the Go runtime, gRPC, protobuf) once.
 NODESET = (
     "containerd", "ctr", "containerd-shim-runc-v2", "nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook",
-    "runc", "pause", "hidden-gpu-host",
+    "runc", "pause", "hidden-gpu-host", "hidden-gpu-test-dra-plugin",
 )  # fmt: skip
 NODESET_FILE = "nodeset.tar.xz"
 CACHE = Path(os.environ.get("HIDDEN_GPU_E2E_CACHE", Path.home() / ".cache/hidden-gpu/e2e"))
@@ -80,7 +80,7 @@ class Group:
 
 # What the GPU host run needs besides the groups marked gpu_host (that field is part of a group's cache key:
 # marking these would rebuild them); and what only it needs (a plain build, CI's, and --check leave it out).
-GPU_HOST_TOO = ("containerd", "node")
+GPU_HOST_TOO = ("containerd", "node", "dra")
 GPU_HOST_ONLY = ("gpuhost",)
 K = "k8s.io/component-base/version"
 C = "k8s.io/client-go/pkg/version"

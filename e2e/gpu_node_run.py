@@ -43,11 +43,12 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+from common.names import NVIDIA_DRA_DRIVER
 from e2e import images
 from e2e.build import GPU_CARRY, LINKS, NODESET_FILE
 from e2e.controlplane import ControlPlane, poll
 from e2e.images import Image
-from e2e.node import CHECKPOINT, HARDENED, Node, Toolkit
+from e2e.node import CHECKPOINT, HARDENED, Node, Toolkit, grant_dra_driver
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_XZ = "nvidia-device-plugin-v0.20.0.xz"
@@ -60,6 +61,10 @@ TENANT = "ml-team"
 GPU = "nvidia.com/gpu"
 PLUGIN_NAMESPACE = "hidden-gpu-system"
 PLACEHOLDER = "GPU-00000000-0000-4000-8000-000000000000"
+# What the stack exposes instead when it hides the host's GPU (the dra-hidden render): a UUID no GPU has.
+ELSEWHERE = "GPU-11111111-1111-4111-8111-111111111111"
+DRA_DRIVER, DRA_DRIVER_GROUP = "dra-driver", "hidden-gpu:dra-drivers"  # the stand-in DRA plugin's identity
+RESOURCE = "/apis/resource.k8s.io/v1"
 KUBERNETES_PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 UUID = re.compile(r"\(UUID: ((?:GPU|MIG)-[0-9a-f-]+)\)")
 REQUEST_DIR = "/var/run/nvidia-container-devices"
@@ -94,6 +99,19 @@ def stack(strategy: str) -> dict[str, Any]:
     }
 
 
+def variants() -> dict[str, dict[str, Any]]:
+    """The renders `run` applies: the plugin under each strategy, and the DeviceClass of hidden-gpu:dra with the
+    host's GPU exposed (`dra`) and hidden (`dra-hidden`)."""
+    hidden = stack("envvar") | {"hidden-gpu:dra": {}}
+    hidden["hidden-gpu:nodes"] = [{"name": NODE, "exposedGpus": [ELSEWHERE], "hiddenGpus": [PLACEHOLDER]}]
+    return {
+        "envvar": stack("envvar"),
+        "volume-mounts": stack("volume-mounts"),
+        "dra": stack("envvar") | {"hidden-gpu:dra": {}},
+        "dra-hidden": hidden,
+    }
+
+
 # --- prepare (here) ----------------------------------------------------------------------------------------------
 
 
@@ -106,9 +124,9 @@ def prepare(plugin_xz: Path) -> int:
         return code
     rendered: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for strategy in ("envvar", "volume-mounts"):
-            (Path(tmp) / strategy).mkdir()
-            files = render(write_stack(Path(tmp) / strategy, stack(strategy), name="node")).files
+        for variant, config in variants().items():
+            (Path(tmp) / variant).mkdir()
+            files = render(write_stack(Path(tmp) / variant, config, name="node")).files
             objects = []
             for name, obj in sorted(files.items()):
                 if name.startswith("validatingadmissionpolicy"):
@@ -117,7 +135,7 @@ def prepare(plugin_xz: Path) -> int:
                 for key in [k for k in annotations if k.startswith("pulumi.com/")]:
                     del annotations[key]
                 objects.append(obj)
-            rendered[strategy] = sorted(objects, key=lambda o: o["kind"] != "Namespace")
+            rendered[variant] = sorted(objects, key=lambda o: o["kind"] != "Namespace")
     git = ["git", "-C", str(ROOT)]
     commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     changed = subprocess.run([*git, "status", "--porcelain", "--", "e2e", "offline", "components"],
@@ -128,7 +146,7 @@ def prepare(plugin_xz: Path) -> int:
             {
                 "placeholder": PLACEHOLDER,
                 "source": source,
-                "stacks": {s: stack(s) for s in rendered},
+                "stacks": variants(),
                 "objects": rendered,
             }
         )
@@ -254,12 +272,12 @@ def cdi_writer(bin_dir: Path, facts: dict[str, Any]) -> Callable[[Path], None]:
     return write
 
 
-def rendered(carry: Path, strategy: str, uuid: str, plugin_image: str) -> list[dict[str, Any]]:
-    """The render's objects for the strategy, the placeholder UUID replaced by the host's and the plugin's image by
-    the local archive's; nothing else changed."""
+def rendered(carry: Path, variant: str, uuid: str, plugin_image: str) -> list[dict[str, Any]]:
+    """The render's objects of the variant (a strategy, or dra, dra-hidden), the placeholder UUID replaced by the
+    host's and the plugin's image by the local archive's; nothing else changed."""
     data = json.loads((carry / RENDER_FILE).read_text())
     body, real = data["placeholder"].removeprefix("GPU-"), uuid.removeprefix("GPU-")
-    objects: list[dict[str, Any]] = json.loads(json.dumps(data["objects"][strategy]).replace(body, real))
+    objects: list[dict[str, Any]] = json.loads(json.dumps(data["objects"][variant]).replace(body, real))
     for obj in objects:
         if obj["kind"] == "DaemonSet":
             (container,) = obj["spec"]["template"]["spec"]["containers"]
@@ -293,7 +311,12 @@ class Run:
 
     def case(self, pod: dict[str, Any], *, expect_refusal: bool = False) -> dict[str, Any]:
         started = time.monotonic()
-        name = self.plane.create(pod)["metadata"]["name"]
+        self.plane.create(pod)
+        return self.view(pod, started, expect_refusal=expect_refusal)
+
+    def view(self, pod: dict[str, Any], started: float, *, expect_refusal: bool = False) -> dict[str, Any]:
+        """What the created pod saw, once it has printed it (or failed)."""
+        name = pod["metadata"]["name"]
 
         def finished() -> dict[str, Any] | None:
             current = self.plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/{name}")
@@ -453,6 +476,59 @@ def setting_run(run: Run, carry: Path, name: str, plugin_image: str, plugin_name
     return out
 
 
+def dra_run(run: Run, carry: Path) -> dict[str, Any]:
+    """One claim through the kubelet's DRA manager and containerd's CDI injection of the host's own spec. The stand-in
+    for NVIDIA's DRA kubelet plugin (e2e/go/dra) publishes the host's GPU; a tenant's claim of the stack's DeviceClass
+    stays unallocated while the stack hides the GPU (the class selects other UUIDs), and once the stack exposes it
+    (the same class applied again) the scheduler allocates it and the pod's nvidia-smi sees the GPU. The pod runs
+    under the default runtime, runc: containerd injects the claim's devices itself."""
+    plane, node = run.plane, run.node
+    grant_dra_driver(plane, DRA_DRIVER_GROUP)
+    node.start_dra_plugin(plane.kubeconfig(DRA_DRIVER), NVIDIA_DRA_DRIVER, [run.uuid])
+    devices = run.eventually(
+        lambda: {d["name"]: d["attributes"]["uuid"]["string"]
+                 for s in plane.request("GET", f"{RESOURCE}/resourceslices")["items"]
+                 if s["spec"]["driver"] == NVIDIA_DRA_DRIVER for d in s["spec"]["devices"]},
+        "the driver's ResourceSlice",
+    )  # fmt: skip
+    out: dict[str, Any] = {"published": devices}
+
+    def apply_class(variant: str) -> str:
+        (device_class,) = [o for o in rendered(carry, variant, run.uuid, "") if o["kind"] == "DeviceClass"]
+        plane.apply(device_class, manager="hidden-gpu")
+        out[f"class_{variant}"] = device_class["spec"]["selectors"]
+        return str(device_class["metadata"]["name"])
+
+    def allocated() -> list[str]:
+        claim = plane.request("GET", f"{RESOURCE}/namespaces/{TENANT}/resourceclaims/gpu")
+        results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+        return [devices.get(r["device"], r["device"]) for r in results]
+
+    class_name = apply_class("dra-hidden")
+    request = {"name": "gpu", "exactly": {"deviceClassName": class_name}}
+    metadata = {"name": "gpu", "namespace": TENANT}
+    plane.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
+                  "spec": {"devices": {"requests": [request]}}})  # fmt: skip
+    pod = run.pod("dra-claim")
+    del pod["spec"]["runtimeClassName"]
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    started = time.monotonic()
+    plane.create(pod)
+    time.sleep(15)  # the scheduler has tried, and tried again
+    current = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/dra-claim")
+    out["while_hidden"] = {
+        "allocated": allocated(),
+        "phase": current["status"].get("phase"),
+        "scheduled": [c for c in current["status"].get("conditions", []) if c["type"] == "PodScheduled"],
+    }
+    apply_class("dra")
+    out["while_exposed"] = run.view(pod, started) | {"allocated": allocated()}
+    run.delete_pods()
+    node.stop_dra_plugin()
+    return out
+
+
 def collect_logs(out: Path, node: Node | None, plane: ControlPlane | None, extra: dict[str, str]) -> None:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -547,7 +623,8 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
             pod_image, plugin_image = node_images[1][0].name, node_images[2][0].name
             result["images"] = {i.name: {"env": i.env, "files": sorted(f)} for i, f in node_images}
             with ControlPlane.start(bin_dir, controllers=("node-lifecycle-controller",),
-                                    identities={f"system:node:{NODE}": ["system:nodes"]}) as plane:  # fmt: skip
+                                    identities={f"system:node:{NODE}": ["system:nodes"],
+                                                DRA_DRIVER: [DRA_DRIVER_GROUP]}) as plane:  # fmt: skip
                 timings["control_plane"] = round(time.monotonic() - began - timings["unpack"], 2)
                 plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
 
@@ -578,6 +655,9 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
                             started = time.monotonic()
                             result["settings"][name] = setting_run(this, carry, name, plugin_image, names)
                             timings[f"setting_{name}"] = round(time.monotonic() - started, 2)
+                        started = time.monotonic()
+                        result["dra"] = dra_run(this, carry)
+                        timings["dra"] = round(time.monotonic() - started, 2)
                     finally:
                         collect_logs(out, node, plane, extra)
     except Exception as error:  # what failed goes into the result, with the logs
@@ -606,6 +686,12 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
                       "allocated": c.get("allocated")} for case, c in cases.items()},
             "unserved": {"phase": unserved.get("phase"), "seen": unserved.get("seen")},
         }  # fmt: skip
+    dra = result.get("dra") or {}
+    table["dra"] = {
+        "published": sorted((dra.get("published") or {}).values()),
+        "while hidden": {k: (dra.get("while_hidden") or {}).get(k) for k in ("allocated", "phase")},
+        "while exposed": {k: (dra.get("while_exposed") or {}).get(k) for k in ("allocated", "phase", "seen")},
+    }
     if "error" in result:
         table["error"] = result["error"][:500]
     return table

@@ -476,6 +476,23 @@ class Node:
             self._ctr("containers", "delete", container)
 
 
+def grant_dra_driver(plane: ControlPlane, group: str) -> None:
+    """The rights NVIDIA's chart gives its DRA kubelet plugin, in the part the stand-in uses (publish its node's
+    ResourceSlices, read the claims it prepares and its Node), bound to `group`."""
+    rbac = "rbac.authorization.k8s.io"
+    plane.apply(
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": "hidden-gpu-test-dra-driver"},
+         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["*"]},
+                   {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+                   {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}
+    )  # fmt: skip
+    plane.apply(
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "hidden-gpu-test-dra-driver"},
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "hidden-gpu-test-dra-driver"},
+         "subjects": [{"apiGroup": rbac, "kind": "Group", "name": group}]}
+    )  # fmt: skip
+
+
 def _empty(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for entry in directory.iterdir():

@@ -37,6 +37,7 @@ GPU = "nvidia.com/gpu"
 RUNTIME_CLASS = f"hidden-gpu-{NODE}"
 # The identity NVIDIA's DRA kubelet plugin publishes its ResourceSlices as (test_dra_claim.py).
 DRA_DRIVER = "dra-driver"
+DRA_DRIVER_GROUP = "hidden-gpu:dra-drivers"
 # What the node tier runs, by the names e2e.build links.
 REQUIRED = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
@@ -62,7 +63,7 @@ def node_plane(node_bin_dir: Path) -> Iterator[ControlPlane]:
     with ControlPlane.start(
         node_bin_dir,
         controllers=("node-lifecycle-controller",),
-        identities={f"system:node:{NODE}": ["system:nodes"], DRA_DRIVER: ["hidden-gpu:dra-drivers"]},
+        identities={f"system:node:{NODE}": ["system:nodes"], DRA_DRIVER: [DRA_DRIVER_GROUP]},
     ) as plane:
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
         yield plane

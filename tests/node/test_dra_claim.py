@@ -18,9 +18,10 @@ import pytest
 
 from common.names import NVIDIA_DRA_DRIVER
 from e2e.controlplane import ControlPlane
-from e2e.node import Node
+from e2e.node import Node, grant_dra_driver
 from tests.node.conftest import (
     DRA_DRIVER,
+    DRA_DRIVER_GROUP,
     NODE,
     TENANT,
     apply_render,
@@ -64,19 +65,7 @@ def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Tem
     (device_class,) = [o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass"]
     apply_render(node_plane, objects)
     node_plane.apply(NVIDIA_CLASS, manager="nvidia-dra-driver-chart")
-    # The ClusterRole NVIDIA's chart gives its kubelet plugin, in the part this plugin uses.
-    role = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": DRA_DRIVER}
-    node_plane.apply(
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": DRA_DRIVER},
-         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["*"]},
-                   {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-                   {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}
-    )  # fmt: skip
-    node_plane.apply(
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": DRA_DRIVER},
-         "roleRef": role,
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "hidden-gpu:dra-drivers"}]}
-    )  # fmt: skip
+    grant_dra_driver(node_plane, DRA_DRIVER_GROUP)
     node.start_dra_plugin(node_plane.kubeconfig(DRA_DRIVER), NVIDIA_DRA_DRIVER, GPUS)
     eventually(lambda: published(node_plane) == GPUS, "the driver's ResourceSlice")
     eventually(
