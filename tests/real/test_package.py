@@ -145,17 +145,16 @@ def declared_by_us(node_spec: dict[str, Any]) -> tuple[list[Declared], dict[str,
     """What this repository's own components declare for the same node and guard: the objects, and the summary."""
     from components import AccessGuard, AccessGuardArgs, HiddenGpuNode, HiddenGpuNodeArgs  # noqa: PLC0415
 
-    made: list[HiddenGpuNode] = []
-
     def local() -> None:
         # Plain dicts, as the provider hands them over: the components validate them.
         args = {"node": node_spec, "device_plugin": PLUGIN_SPEC, "plugin_namespace": CONSUMER_NAMESPACE}
-        made.append(HiddenGpuNode("node", typing.cast(HiddenGpuNodeArgs, args)))
+        # The summary is an Output (the node's values may be): exported, it is read once the run resolved it.
+        pulumi.export("summary", HiddenGpuNode("node", typing.cast(HiddenGpuNodeArgs, args)).summary)
         guard = {"guard": GUARD_SPEC, "plugin_namespace": CONSUMER_NAMESPACE}
         AccessGuard("guard", typing.cast(AccessGuardArgs, guard))
 
     run = run_callable(local, "consumer")
-    return run.kubernetes_objects, dict(made[0].summary)
+    return run.kubernetes_objects, dict(run.outputs["summary"])
 
 
 def within(declared: Any, live: Any, where: str = "") -> list[str]:
