@@ -3,7 +3,7 @@
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
 import hashlib
 import typing
-from typing import NotRequired, TypedDict
+from typing import NamedTuple, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -39,8 +39,8 @@ from common.names import (
 from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, runtime_class_of
 from components.stack_types import DevicePluginSpec, NodeSpec
-from stack_config.errors import ConfigError, InvalidInputError, as_written, validated
-from stack_config.models import DevicePluginConfig, NodeConfig
+from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, validated
+from stack_config.models import AdoptedPluginConfig, DevicePluginConfig, NodeConfig, NodeName
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
 SCAN_EXCEPTIONS = {
@@ -64,11 +64,14 @@ class HiddenGpuNodeArgs(TypedDict):
 
     node: NodeSpec
     """The node's stack entry, as the stack file writes it: its name, exposed and hidden UUIDs, sharing and
-    operand switches. The name and the UUIDs may be Outputs (a StackReference's, another resource's): validated
-    by the stack models once known, and where a preview does not know them, so are the fields they fill. The
-    other keys must be plain: they decide which objects the node gets (a plugin, its config), and a preview
-    must know which. Plain too is whether `exposedGpus` is empty: a node whose list is an Output runs a plugin,
-    and the list must turn out non-empty."""
+    operand switches. A plain mapping, whose `name`, `exposedGpus` and `hiddenGpus` may be Outputs (a
+    StackReference's, another resource's): validated by the stack models once known, and where a preview does
+    not know the UUIDs, so are the fields they fill. The name must be known at preview time (plain, or an Output
+    a preview knows, such as a StackReference's; not one of a resource being created): it is the label patch's
+    `metadata.name`, which the Kubernetes provider's check requires in a preview too, and names the other
+    objects. The other keys (`migDevices`, `timeSlicing`, `operands`, ...) must be plain: they decide which
+    objects the node gets (a plugin, its config), and a preview must know which. Plain too is whether
+    `exposedGpus` is empty: a node whose list is an Output runs a plugin, and the list must turn out non-empty."""
     device_plugin: DevicePluginSpec
     """The stack's `devicePlugin` settings (image, namespace, device-list strategy), as the stack file writes them."""
     plugin_namespace: pulumi.Input[str]
@@ -82,10 +85,30 @@ Node = NodeConfig | pulumi.Output[NodeConfig]
 known."""
 
 
+class _Identity(NamedTuple):
+    """What names the node's objects: plain where the node's name is, and known in a preview wherever the name is,
+    whatever its UUIDs (the label patch needs its `metadata.name` then)."""
+
+    name: str | pulumi.Output[str]
+    adopt: AdoptedPluginConfig | None
+
+
 def _runs_plugin(spec: NodeSpec) -> bool:
     """Whether the node gets a plugin: decided before any Output is known, as a preview must list the objects."""
     exposed = spec.get("exposedGpus")
     return not isinstance(exposed, list | tuple) or len(exposed) > 0
+
+
+def _identity(component: str, spec: NodeSpec, node: Node) -> _Identity:
+    """The node's name validated on its own, so a preview that knows it but not the UUIDs still declares it."""
+    if isinstance(node, NodeConfig):
+        return _Identity(node.name, node.adopt_device_plugin)
+    if "name" not in spec:
+        raise InvalidInputError.of([ConfigError(("node", "name"), MISSING_KEY)])
+    # The other keys are plain (_node): what the whole node's model would say of them, it says at once here.
+    written = spec.get("adoptDevicePlugin")
+    adopt = None if written is None else validated(AdoptedPluginConfig, written, ("node", "adoptDevicePlugin"))
+    return _Identity(validated_input(NodeName, spec["name"], ("node", "name"), f"HiddenGpuNode {component}"), adopt)
 
 
 def _node(component: str, spec: NodeSpec, runs_plugin: bool) -> Node:
@@ -142,8 +165,9 @@ class HiddenGpuNode(pulumi.ComponentResource):
     """Stops the GPU Operator's all-GPU device plugin on one node and runs a plugin pinned to
     the exposed GPUs instead. A node with no exposed GPU gets only the label patch.
 
-    The node's name and UUIDs may be Outputs (HiddenGpuNodeArgs.node); the children are named off the component's
-    own `name`, which a resource name needs plain, and the program names it after the node."""
+    The node's name and UUIDs may be Outputs (HiddenGpuNodeArgs.node), the name one a preview knows (the label
+    patch's `metadata.name`: a StackReference's, not a resource's being created); the children are named off the
+    component's own `name`, which a resource name needs plain, and the program names it after the node."""
 
     label_patch: k8s.core.v1.NodePatch
     """The operator's per-node switches: its device plugin off, other operands as configured."""
@@ -159,8 +183,10 @@ class HiddenGpuNode(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: HiddenGpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.HIDDEN_GPU_NODE, name, None, opts)
-        runs_plugin = _runs_plugin(args["node"])
-        node = _node(name, args["node"], runs_plugin)
+        spec = args["node"]
+        runs_plugin = _runs_plugin(spec)
+        node = _node(name, spec, runs_plugin)
+        identity = _identity(name, spec, node)
         plugin = validated(DevicePluginConfig, args["device_plugin"], ("devicePlugin",))
         pool_class = args.get("pool_class")
         child = pulumi.ResourceOptions(parent=self)
@@ -168,15 +194,15 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.label_patch = k8s.core.v1.NodePatch(
             # Children are named off the component's name (the program names it after the node).
             f"{name}-operator-labels",
-            metadata=derive(
-                node,
-                lambda n: k8s.meta.v1.ObjectMetaPatchArgs(
-                    name=n.name,
-                    labels=node_labels(n),
-                    # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
-                    # force, server-side apply would refuse to take that field over.
-                    annotations={PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
-                ),
+            # The name on its own, known in a preview that knows it (the provider's check refuses a patch without
+            # one, in a preview too); the labels from the validated node, so an `up` patches nothing before the
+            # whole node is judged.
+            metadata=k8s.meta.v1.ObjectMetaPatchArgs(
+                name=identity.name,
+                labels=derive(node, node_labels),
+                # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
+                # force, server-side apply would refuse to take that field over.
+                annotations={PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
             ),
             # Fail closed: a node that leaves the stack (or a typo that renames it, or `pulumi
             # destroy`) keeps its labels and stays hidden. Deleting the patch would remove them,
@@ -197,22 +223,23 @@ class HiddenGpuNode(pulumi.ComponentResource):
             if pool_class is not None:
                 runtime_class = pool_class
             else:
-                self.runtime_class = _runtime_class(name, node, child)
+                self.runtime_class = _runtime_class(name, identity, node, child)
                 runtime_class = self.runtime_class.metadata.name
             # The operator's plugin must be gone before ours registers the same kubelet socket; on
             # destroy Pulumi deletes ours first, then restores the label. The config, where there
             # is one, must exist before the plugin's pods mount it.
             needs: list[pulumi.Resource] = [self.label_patch]
             # Plain, like everything that decides which objects exist (HiddenGpuNodeArgs.node).
-            if args["node"].get("timeSlicing") is not None:
-                self.plugin_config = _config_map(name, node, args["plugin_namespace"], child)
+            if spec.get("timeSlicing") is not None:
+                self.plugin_config = _config_map(name, identity, node, args["plugin_namespace"], child)
                 needs.append(self.plugin_config)
             self.device_plugin = _device_plugin(
                 name,
+                identity,
                 node,
                 plugin,
-                args["plugin_namespace"],
-                runtime_class,
+                plugin_namespace=args["plugin_namespace"],
+                runtime_class=runtime_class,
                 # Replacing the plugin (an adoption given up, a namespace changed) deletes the old one first: two
                 # plugins of one resource on a node leave the kubelet with no healthy GPU until one registers again
                 # (kubelet v1.36 devicemanager/plugin/v1beta1/handler.go runClient disconnects by resource name).
@@ -229,18 +256,18 @@ def _summary(node: NodeConfig) -> NodeSummary:
         exposedCount=len(node.exposed_gpus),
         advertisedCount=node.advertised_gpus,
         hiddenCount=len(node.hidden_gpus),
-        devicePlugin=_plugin_name(node) if node.exposed_gpus else None,
+        devicePlugin=_plugin_name(node.name, node.adopt_device_plugin) if node.exposed_gpus else None,
         runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
     )
 
 
-def _namespace(node: NodeConfig, plugin_namespace: pulumi.Input[str]) -> pulumi.Input[str]:
+def _namespace(adopt: AdoptedPluginConfig | None, plugin_namespace: pulumi.Input[str]) -> pulumi.Input[str]:
     """An adopted plugin stays where it was made (a DaemonSet cannot move), its config beside it."""
-    return plugin_namespace if node.adopt_device_plugin is None else node.adopt_device_plugin.namespace
+    return plugin_namespace if adopt is None else adopt.namespace
 
 
-def _plugin_name(node: NodeConfig) -> str:
-    return device_plugin_name(node.name) if node.adopt_device_plugin is None else node.adopt_device_plugin.name
+def _plugin_name(name: str, adopt: AdoptedPluginConfig | None) -> str:
+    return device_plugin_name(name) if adopt is None else adopt.name
 
 
 def plugin_config(node: NodeConfig) -> str | None:
@@ -263,11 +290,15 @@ def plugin_config(node: NodeConfig) -> str | None:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def _runtime_class(prefix: str, node: Node, opts: pulumi.ResourceOptions) -> k8s.node.v1.RuntimeClass:
+def _runtime_class(
+    prefix: str, identity: _Identity, node: Node, opts: pulumi.ResourceOptions
+) -> k8s.node.v1.RuntimeClass:
+    # Metadata from the name alone (a preview that knows it names the object, rather than the provider auto-naming
+    # it); the scheduling from the validated node, so an `up` declares nothing before the whole node is judged.
     return k8s.node.v1.RuntimeClass(
         f"{prefix}-runtime-class",
-        metadata=derive(
-            node, lambda n: k8s.meta.v1.ObjectMetaArgs(name=runtime_class_name(n.name), labels=plugin_labels(n.name))
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=derive(identity.name, runtime_class_name), labels=derive(identity.name, plugin_labels)
         ),
         handler=NVIDIA_RUNTIME_HANDLER,
         # Pods that pick this class land on this node: the nvidia runtime is only offered
@@ -279,15 +310,14 @@ def _runtime_class(prefix: str, node: Node, opts: pulumi.ResourceOptions) -> k8s
 
 
 def _config_map(
-    prefix: str, node: Node, plugin_namespace: pulumi.Input[str], opts: pulumi.ResourceOptions
+    prefix: str, identity: _Identity, node: Node, plugin_namespace: pulumi.Input[str], opts: pulumi.ResourceOptions
 ) -> k8s.core.v1.ConfigMap:
     return k8s.core.v1.ConfigMap(
         f"{prefix}-plugin-config",
-        metadata=derive(
-            node,
-            lambda n: k8s.meta.v1.ObjectMetaArgs(
-                name=plugin_config_name(n.name), namespace=_namespace(n, plugin_namespace), labels=plugin_labels(n.name)
-            ),
+        metadata=k8s.meta.v1.ObjectMetaArgs(
+            name=derive(identity.name, plugin_config_name),
+            namespace=_namespace(identity.adopt, plugin_namespace),
+            labels=derive(identity.name, plugin_labels),
         ),
         # Declared only for a time-sliced node, which has a config.
         data=derive(node, lambda n: {PLUGIN_CONFIG_KEY: typing.cast(str, plugin_config(n))}),
@@ -386,26 +416,28 @@ def _volumes(
 
 def _device_plugin(
     prefix: str,
+    identity: _Identity,
     node: Node,
     plugin: DevicePluginConfig,
+    *,
     plugin_namespace: pulumi.Input[str],
     runtime_class: pulumi.Input[str],
-    *,
     opts: pulumi.ResourceOptions,
 ) -> k8s.apps.v1.DaemonSet:
     return k8s.apps.v1.DaemonSet(
         f"{prefix}-device-plugin",
-        metadata=derive(node, lambda n: _plugin_metadata(n, plugin, plugin_namespace)),
+        metadata=_plugin_metadata(identity, plugin, plugin_namespace),
         spec=derive(node, lambda n: _plugin_spec(n, plugin, runtime_class)),
         opts=opts,
     )
 
 
 def _plugin_metadata(
-    node: NodeConfig, plugin: DevicePluginConfig, plugin_namespace: pulumi.Input[str]
+    identity: _Identity, plugin: DevicePluginConfig, plugin_namespace: pulumi.Input[str]
 ) -> k8s.meta.v1.ObjectMetaArgs:
+    adopt = identity.adopt
     annotations = _scan_exceptions(plugin.image)
-    if node.adopt_device_plugin is not None:
+    if adopt is not None:
         # Taking over a hand-made DaemonSet: a forced server-side apply under hidden-gpu's field manager, not
         # `pulumi import`. The provider creates by server-side apply (a PATCH, so an existing object is upserted:
         # pulumi-kubernetes v4.25 pkg/await/await.go), and patchForce takes every field this declares from the
@@ -413,9 +445,9 @@ def _plugin_metadata(
         # nothing. Fields only the hand-made manager set and this does not declare stay: cluster.verify names them.
         annotations = {**annotations, PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
     return k8s.meta.v1.ObjectMetaArgs(
-        name=_plugin_name(node),
-        namespace=_namespace(node, plugin_namespace),
-        labels=plugin_labels(node.name),
+        name=derive(identity.name, lambda name: _plugin_name(name, adopt)),
+        namespace=_namespace(adopt, plugin_namespace),
+        labels=derive(identity.name, plugin_labels),
         annotations=annotations,
     )
 

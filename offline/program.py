@@ -23,7 +23,7 @@ from google.protobuf import json_format  # type: ignore[import-untyped]
 
 from common.cli import interrupt_ends_process
 from common.names import PROJECT
-from offline.sdk import MockMonitor, reset_run_state, root_outputs, run_sync
+from offline.sdk import UNKNOWN, MockMonitor, reset_run_state, root_outputs, run_sync
 from stack_config.reviewed import harness_stacks
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
@@ -77,6 +77,24 @@ class ProgramRun:
 
 class LiveObjectMissingError(Exception):
     """The program read a live object the simulated cluster does not have, as `pulumi preview` would fail."""
+
+
+class PatchWithoutNameError(Exception):
+    """A patch resource declared without a known `metadata.name`, which the Kubernetes provider's Check refuses, in
+    a preview too (pulumi-kubernetes: "patch resources require the `.metadata.name` field to be set")."""
+
+
+def _check_patch(request: Any) -> None:
+    """What the provider's Check asks of a patch resource: a name. Here in the preview alone, where the program
+    sends unknown values; an `up`'s are all known and the mocks hold them as sent."""
+    if not (request.type.startswith("kubernetes:") and request.type.endswith("Patch")):
+        return
+    metadata = json_format.MessageToDict(request.object).get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    if not isinstance(name, str) or not name or name == UNKNOWN:
+        raise PatchWithoutNameError(
+            f"{request.type} {request.name}: patch resources require the `.metadata.name` field to be set"
+        )
 
 
 class _Mocks(pulumi.runtime.Mocks):
@@ -136,6 +154,8 @@ class _RecordingMonitor(MockMonitor):
         self.thread_loops: set[asyncio.AbstractEventLoop] = set()
 
     def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        if self._preview:
+            _check_patch(request)
         try:
             response = super().RegisterResource(request)  # type: ignore[no-untyped-call]
         finally:  # a registration that fails has made its thread's loop all the same

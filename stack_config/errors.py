@@ -19,8 +19,9 @@ MISSING: Any = object()  # a problem with no value to show: a key that is absent
 _MISSING = MISSING
 
 # Pydantic's wording is written for developers; these are written for whoever edits the stack.
+MISSING_KEY = "required key is missing"
 _REASONS = {
-    "missing": "required key is missing",
+    "missing": MISSING_KEY,
     "int_type": "must be a whole number",
     "int_from_float": "must be a whole number",
     "greater_than_equal": "must be at least {ge}",

@@ -12,11 +12,11 @@ import pytest
 from pulumi_policy import ReportViolation, StackValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
-from common.names import NVIDIA_DRA_DRIVER, VISIBLE_DEVICES_ENV, Token, runtime_class_name
+from common.names import NVIDIA_DRA_DRIVER, VISIBLE_DEVICES_ENV, Token, device_plugin_name, runtime_class_name
 from components import GpuDeviceClasses, HiddenGpuNode, StackRecord
 from components.node_labels import device_selector
 from components.stack_claims import record_data
-from offline.program import ProgramRun, run_callable, run_program
+from offline.program import PatchWithoutNameError, ProgramRun, run_callable, run_program
 from offline.sdk import UNKNOWN
 from policy.rules import RESOURCE_VALIDATORS, plugin_nodes_have_label_patch
 from stack_config.errors import InvalidInputError
@@ -107,7 +107,7 @@ def test_items_of_a_plain_list_may_be_outputs() -> None:
 
 
 def test_a_plain_empty_list_still_hides_every_gpu_of_a_node_named_by_an_output() -> None:
-    composed = run_callable(consumer([], HIDDEN, plain, name_source=from_resource), "test")
+    composed = run_callable(consumer([], HIDDEN, plain, name_source=known), "test")
     assert [r.type for r in composed.resources if not r.name.startswith("inventory-")] == [
         Token.HIDDEN_GPU_NODE,
         Token.NODE_PATCH,
@@ -181,21 +181,31 @@ def unknown_at(value: Any, *path: str | int) -> bool:
     return bool(value == UNKNOWN)
 
 
-@pytest.mark.parametrize(
-    ("exposed_source", "name_source"),
-    [(from_resource, plain), (plain, from_resource), (from_resource, from_resource)],
-    ids=["uuids", "name", "both"],
-)
-def test_a_preview_that_does_not_know_the_node_leaves_its_fields_unknown(
-    exposed_source: Source, name_source: Source
+@pytest.mark.parametrize("name_source", [plain, known], ids=["plain-name", "known-output-name"])
+def test_a_preview_that_does_not_know_the_uuids_leaves_their_fields_unknown_and_names_the_objects(
+    name_source: Source,
 ) -> None:
-    """Fail closed: never an empty NVIDIA_VISIBLE_DEVICES or a default, which a runtime may read as every GPU."""
-    previewed = run_callable(consumer([EXPOSED], HIDDEN, exposed_source, name_source=name_source), "test", preview=True)
+    """Fail closed: never an empty NVIDIA_VISIBLE_DEVICES or a default, which a runtime may read as every GPU. The
+    name is known all the same: the provider's check refuses a patch without one, in a preview too (the mocks do
+    as it does), and would name the other objects itself."""
+    previewed = run_callable(consumer([EXPOSED], HIDDEN, from_resource, name_source=name_source), "test", preview=True)
     daemonset = only(previewed.of_type(Token.DAEMONSET)).inputs
     assert unknown_at(daemonset, "spec", "template", "spec", "containers")
-    assert unknown_at(only(previewed.of_type(Token.NODE_PATCH)).inputs, "metadata", "name")
-    assert unknown_at(only(previewed.of_type(Token.RUNTIME_CLASS)).inputs, "scheduling")
+    assert daemonset["metadata"]["name"] == device_plugin_name(NAME)
+    patch = only(previewed.of_type(Token.NODE_PATCH)).inputs
+    assert patch["metadata"]["name"] == NAME
+    assert unknown_at(patch, "metadata", "labels")
+    runtime_class = only(previewed.of_type(Token.RUNTIME_CLASS)).inputs
+    assert runtime_class["metadata"]["name"] == runtime_class_name(NAME)
+    assert unknown_at(runtime_class, "scheduling")
     assert VISIBLE_DEVICES_ENV not in json.dumps(list(declared(previewed).values()))
+
+
+def test_a_preview_that_does_not_know_the_name_fails_at_the_label_patch() -> None:
+    """As `pulumi preview` does with the Kubernetes provider: the name must be known at preview time
+    (docs/operations.md), not an Output of a resource being created."""
+    with pytest.raises(PatchWithoutNameError, match=r"require the `\.metadata\.name` field to be set"):
+        run_callable(consumer([EXPOSED], HIDDEN, plain, name_source=from_resource), "test", preview=True)
 
 
 def test_a_preview_that_knows_the_outputs_declares_them_and_validates_them() -> None:
@@ -228,7 +238,7 @@ def policy_verdicts(run: ProgramRun) -> list[str]:
 
 
 def test_the_policy_pack_accepts_a_composed_node_and_waits_for_what_a_preview_does_not_know() -> None:
-    composed = consumer([EXPOSED], HIDDEN, from_resource, name_source=from_resource)
+    composed = consumer([EXPOSED], HIDDEN, from_resource, name_source=known)
     assert policy_verdicts(run_callable(composed, "test")) == []
     assert set(policy_verdicts(run_callable(composed, "test", preview=True))) == {"unknown"}
 
