@@ -259,6 +259,15 @@ class ControlPlane:
             content_type="application/apply-patch+yaml",
         )
 
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        """The object at `path`, or None where the API server says it does not exist (404)."""
+        try:
+            return dict(self.request("GET", path))
+        except ApiError as error:
+            if error.code == 404:
+                return None
+            raise
+
     def create(self, obj: dict[str, Any], *, identity: str = "admin", dry_run: bool = False) -> Any:
         query = "?dryRun=All" if dry_run else ""
         return self.request("POST", self.path(obj, collection=True) + query, obj, identity=identity)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import ControlPlane
 from e2e.node import Node, Toolkit
 from tests.node.conftest import (
     GPU,
@@ -85,7 +85,7 @@ def register_again(plane: ControlPlane, node: Node, node_labels: dict[str, str] 
 
     def delete_node() -> None:
         plane.request("DELETE", f"/api/v1/nodes/{NODE}")
-        eventually(lambda: not exists(plane), "the Node gone")
+        eventually(lambda: plane.get_or_none(f"/api/v1/nodes/{NODE}") is None, "the Node gone")
         watch.start()
         watch.started.wait(10)
 
@@ -101,16 +101,6 @@ def advertised_again(node: Node) -> float:
     eventually(lambda: node.allocatable() == 1, "the plugin registered again: 1 GPU allocatable")
     assert node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [EXPOSED]
     return time.monotonic() - started
-
-
-def exists(plane: ControlPlane) -> bool:
-    try:
-        plane.request("GET", f"/api/v1/nodes/{NODE}")
-    except ApiError as error:
-        if error.code == 404:
-            return False
-        raise
-    return True
 
 
 def test_without_the_kubelet_flag_the_node_comes_back_unhidden_and_without_our_plugin(

@@ -37,7 +37,7 @@ from common.names import (
     stack_record_name,
 )
 from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import ControlPlane
 from offline import config_reference, render
 from tests.real.conftest import add_gpu_node, eventually, set_node_status
 from tests.real.harness import PLUGIN_NAMESPACE, Stopwatch, pulumi_stack
@@ -114,14 +114,7 @@ def labels(plane: ControlPlane, node: str) -> dict[str, str]:
 
 
 def plugin(plane: ControlPlane, node: str) -> dict[str, Any] | None:
-    try:
-        return dict(
-            plane.request("GET", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(node)}")
-        )
-    except ApiError as error:
-        if error.code == 404:
-            return None
-        raise
+    return plane.get_or_none(f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(node)}")
 
 
 def plugin_pods(plane: ControlPlane) -> list[dict[str, Any]]:
@@ -245,7 +238,7 @@ def node_reregisters(plane: ControlPlane, project: Project, capsys: pytest.Captu
     patch is in its state); the drift job's preview with refresh and verify do; refresh + up repairs it."""
     stack = project.stack
     plane.request("DELETE", "/api/v1/nodes/gpu-node-02")
-    eventually(lambda: not _node_exists(plane, "gpu-node-02"), what="the node gone")
+    eventually(lambda: plane.get_or_none("/api/v1/nodes/gpu-node-02") is None, what="the node gone")
     add_gpu_node(plane, "gpu-node-02", 8)  # as its kubelet registers it: the operator's plugin saw 8 GPUs
     TIMES.timed("up after re-registration", stack.up)
     assert DEVICE_PLUGIN_LABEL not in labels(plane, "gpu-node-02")  # the window: no diff, no label
@@ -259,16 +252,6 @@ def node_reregisters(plane: ControlPlane, project: Project, capsys: pytest.Captu
     TIMES.timed("refresh", stack.refresh)
     TIMES.timed("up after refresh", stack.up)
     assert labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL] == "false"
-
-
-def _node_exists(plane: ControlPlane, name: str) -> bool:
-    try:
-        plane.request("GET", f"/api/v1/nodes/{name}")
-    except ApiError as error:
-        if error.code == 404:
-            return False
-        raise
-    return True
 
 
 def leave_destroy_release(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
