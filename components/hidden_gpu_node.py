@@ -3,6 +3,7 @@
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
 import hashlib
 import typing
+from collections.abc import Mapping
 from typing import NamedTuple, NotRequired, TypedDict
 
 import pulumi
@@ -39,7 +40,7 @@ from common.names import (
 from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, runtime_class_of
 from components.stack_types import DevicePluginSpec, NodeSpec
-from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, validated
+from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
 from stack_config.models import AdoptedPluginConfig, DevicePluginConfig, NodeConfig, NodeName
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
@@ -57,6 +58,7 @@ EMPTY_OUTPUT = (
     "which objects it gets); a node that hides every GPU says so with a plain empty list"
 )
 PLAIN_ONLY = "must be a plain value, not an Output: it decides which objects the node gets"
+NOT_A_MAPPING = "must be a plain mapping, not an Output: its name and UUIDs may be Outputs, its other keys may not"
 
 
 class HiddenGpuNodeArgs(TypedDict):
@@ -93,6 +95,28 @@ class _Identity(NamedTuple):
     adopt: AdoptedPluginConfig | None
 
 
+def _spec(spec: object) -> NodeSpec:
+    """The node's entry, where its shape is plain: a mapping, of known keys, Outputs only where NODE_OUTPUT_KEYS."""
+    if not isinstance(spec, Mapping):
+        raise InvalidInputError.of([ConfigError(("node",), NOT_A_MAPPING)])
+    if is_plain(spec):
+        return typing.cast(NodeSpec, spec)  # judged whole by the model, every problem at once
+    keys = [field.alias for field in NodeConfig.model_fields.values() if field.alias]
+    problems = [
+        # Before the plain-only check: a misspelt key is that, whatever its value.
+        ConfigError(("node", k), unknown_key(k, keys), *([v] if is_plain(v) else []))
+        for k, v in spec.items()
+        if k not in keys
+    ] + [
+        ConfigError(("node", k), PLAIN_ONLY)
+        for k, v in spec.items()
+        if k in keys and k not in NODE_OUTPUT_KEYS and not is_plain(v)
+    ]
+    if problems:
+        raise InvalidInputError.of(problems)
+    return typing.cast(NodeSpec, spec)
+
+
 def _runs_plugin(spec: NodeSpec) -> bool:
     """Whether the node gets a plugin: decided before any Output is known, as a preview must list the objects."""
     exposed = spec.get("exposedGpus")
@@ -105,19 +129,13 @@ def _identity(component: str, spec: NodeSpec, node: Node) -> _Identity:
         return _Identity(node.name, node.adopt_device_plugin)
     if "name" not in spec:
         raise InvalidInputError.of([ConfigError(("node", "name"), MISSING_KEY)])
-    # The other keys are plain (_node): what the whole node's model would say of them, it says at once here.
+    # The other keys are plain (_spec): what the whole node's model would say of them, it says at once here.
     written = spec.get("adoptDevicePlugin")
     adopt = None if written is None else validated(AdoptedPluginConfig, written, ("node", "adoptDevicePlugin"))
     return _Identity(validated_input(NodeName, spec["name"], ("node", "name"), f"HiddenGpuNode {component}"), adopt)
 
 
 def _node(component: str, spec: NodeSpec, runs_plugin: bool) -> Node:
-    plain_only = [
-        ConfigError(("node", k), PLAIN_ONLY) for k, v in spec.items() if k not in NODE_OUTPUT_KEYS and not is_plain(v)
-    ]
-    if plain_only:
-        raise InvalidInputError.of(plain_only)
-
     def plugin_has_gpus(known: NodeConfig) -> list[ConfigError]:
         return (
             [ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])] if runs_plugin and not known.exposed_gpus else []
@@ -183,7 +201,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: HiddenGpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.HIDDEN_GPU_NODE, name, None, opts)
-        spec = args["node"]
+        spec = _spec(args["node"])
         runs_plugin = _runs_plugin(spec)
         node = _node(name, spec, runs_plugin)
         identity = _identity(name, spec, node)

@@ -117,16 +117,19 @@ def from_validation_error(error: ValidationError, model: type) -> InvalidConfigE
     return InvalidConfigError([problem for detail in error.errors() for problem in _problems(detail, model)])
 
 
+def unknown_key(key: str, known: Sequence[str]) -> str:
+    """Why a key is refused where only `known` ones are expected, with the likeliest meant one."""
+    close = difflib.get_close_matches(key, known, n=1)
+    return "unknown key" + (f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}")
+
+
 def _problems(detail: ErrorDetails, model: type) -> list[ConfigError]:
     loc = tuple(detail["loc"])
     kind = detail["type"]
     if kind == "missing":
         return [ConfigError(loc, _REASONS["missing"])]
     if kind == "extra_forbidden":
-        known = _known_keys(model, loc)
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(known)}"
-        return [ConfigError(loc, "unknown key" + hint, detail["input"])]
+        return [ConfigError(loc, unknown_key(str(loc[-1]), _known_keys(model, loc)), detail["input"])]
     cause = detail.get("ctx", {}).get("error")
     if isinstance(cause, FieldProblemsError):
         return [ConfigError(loc + where, reason, value) for where, value, reason in cause.problems]

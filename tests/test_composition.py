@@ -156,6 +156,32 @@ def test_an_output_that_turns_out_empty_fails_rather_than_run_a_plugin_for_no_gp
         run_callable(consumer([], HIDDEN, from_resource), "test")
 
 
+def test_a_whole_node_given_as_an_output_is_refused_in_one_line() -> None:
+    """Its shape decides which objects exist, so the node's entry is a plain mapping (a StackReference's whole
+    `node` output is not): only its name and UUIDs may be Outputs."""
+    live = {("pulumi:pulumi:StackReference", "org/gpu-inventory/prod"): {"outputs": {"node": {"name": NAME}}}}
+
+    def program() -> None:
+        spec: Any = pulumi.StackReference("org/gpu-inventory/prod").get_output("node")
+        HiddenGpuNode(NAME, {"node": spec, "device_plugin": {}, "plugin_namespace": "hidden-gpu-system"})
+
+    with pytest.raises(InvalidInputError) as refused:
+        run_callable(program, "test", live=live)
+    assert str(refused.value) == (
+        "node: must be a plain mapping, not an Output: its name and UUIDs may be Outputs, its other keys may not"
+    )
+
+
+def test_a_misspelt_key_is_named_so_whatever_its_value() -> None:
+    def program() -> None:
+        spec: Any = {"name": NAME, "exposedGpus": known([EXPOSED]), "hidenGpus": known(HIDDEN), "pool": "a"}
+        HiddenGpuNode(NAME, {"node": spec, "device_plugin": {}, "plugin_namespace": "hidden-gpu-system"})
+
+    with pytest.raises(InvalidInputError) as refused:
+        run_callable(program, "test")
+    assert str(refused.value) == "node.hidenGpus: unknown key; did you mean 'hiddenGpus'?"
+
+
 def test_keys_that_decide_which_objects_exist_refuse_outputs() -> None:
     def program() -> None:
         spec: Any = {"name": NAME, "exposedGpus": [EXPOSED], "timeSlicing": known({"replicas": 2})}
