@@ -11,7 +11,7 @@ import pulumi_kubernetes as k8s
 from common.names import PART_OF, PART_OF_LABEL, Token
 from components.inputs import derive, validated_input
 from components.node_labels import device_selector
-from stack_config.errors import validated
+from stack_config.errors import InvalidInputError, validated
 from stack_config.models import DeviceUuid, ObjectName
 
 
@@ -38,6 +38,17 @@ class GpuDeviceClasses(pulumi.ComponentResource):
         driver = validated(ObjectName, args["driver"], ("driver",))
         classes: dict[str, Any] = validated(dict[ObjectName, Any], args["classes"], ("classes",))
         component = f"GpuDeviceClasses {name}"
+        # Every class judged before any is declared: each plain class's problems reported at once, and no class
+        # registered where another is refused.
+        selected: dict[str, Any] = {}
+        problems: list[str] = []
+        for class_name, uuids in sorted(classes.items()):
+            try:
+                selected[class_name] = validated_input(list[DeviceUuid], uuids, ("classes", class_name), component)
+            except InvalidInputError as error:
+                problems.append(str(error))
+        if problems:
+            raise InvalidInputError("\n".join(problems))
         self.device_classes = {
             class_name: k8s.resource.v1.DeviceClass(
                 f"{name}-{class_name}",
@@ -46,16 +57,13 @@ class GpuDeviceClasses(pulumi.ComponentResource):
                     selectors=[
                         k8s.resource.v1.DeviceSelectorArgs(
                             cel=k8s.resource.v1.CELDeviceSelectorArgs(
-                                expression=derive(
-                                    validated_input(list[DeviceUuid], uuids, ("classes", class_name), component),
-                                    lambda known: device_selector(driver, known),
-                                )
+                                expression=derive(known, lambda uuids: device_selector(driver, uuids))
                             )
                         )
                     ]
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            for class_name, uuids in sorted(classes.items())
+            for class_name, known in selected.items()
         }
         self.register_outputs({"deviceClasses": sorted(classes)})

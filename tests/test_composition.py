@@ -306,3 +306,21 @@ def test_a_bad_uuid_of_a_device_class_from_an_output_fails_in_one_line() -> None
     assert str(refused.value) == (
         'invalid inputs of GpuDeviceClasses classes: classes.hidden-gpu-a[0] = "all": not a GPU: list each GPU by its UUID'
     )
+
+
+def test_every_bad_plain_device_class_is_reported_before_any_class_is_declared() -> None:
+    refused: list[str] = []
+
+    def program() -> None:
+        classes: Any = {"hidden-gpu-a": [EXPOSED], "hidden-gpu-b": ["all"], "hidden-gpu-c": ["GPU-1"]}
+        try:
+            GpuDeviceClasses("classes", {"driver": NVIDIA_DRA_DRIVER, "classes": classes})
+        except InvalidInputError as error:  # caught, so the run's record shows what was declared before it
+            refused.append(str(error))
+
+    run = run_callable(program, "test")
+    assert refused[0].splitlines() == [
+        'classes.hidden-gpu-b[0] = "all": not a GPU: list each GPU by its UUID',
+        f"classes.hidden-gpu-c[0] = {stack_file_problem(['GPU-1'], HIDDEN)}",
+    ]
+    assert run.of_type(Token.DEVICE_CLASS) == []
