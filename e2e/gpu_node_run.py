@@ -48,7 +48,18 @@ from e2e import images
 from e2e.build import GPU_CARRY, LINKS, NODESET_FILE
 from e2e.controlplane import ControlPlane, poll
 from e2e.images import Image
-from e2e.node import CHECKPOINT, HARDENED, Node, Toolkit, grant_dra_driver
+from e2e.node import (
+    CHECKPOINT,
+    DRA_DRIVER,
+    DRA_DRIVER_GROUP,
+    HARDENED,
+    Node,
+    Toolkit,
+    claim_results,
+    dra_devices,
+    grant_dra_driver,
+    using_claim,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN_XZ = "nvidia-device-plugin-v0.20.0.xz"
@@ -63,8 +74,6 @@ PLUGIN_NAMESPACE = "hidden-gpu-system"
 PLACEHOLDER = "GPU-00000000-0000-4000-8000-000000000000"
 # What the stack exposes instead when it hides the host's GPU (the dra-hidden render): a UUID no GPU has.
 ELSEWHERE = "GPU-11111111-1111-4111-8111-111111111111"
-DRA_DRIVER, DRA_DRIVER_GROUP = "dra-driver", "hidden-gpu:dra-drivers"  # the stand-in DRA plugin's identity
-RESOURCE = "/apis/resource.k8s.io/v1"
 KUBERNETES_PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 UUID = re.compile(r"\(UUID: ((?:GPU|MIG)-[0-9a-f-]+)\)")
 REQUEST_DIR = "/var/run/nvidia-container-devices"
@@ -483,14 +492,9 @@ def dra_run(run: Run, carry: Path) -> dict[str, Any]:
     (the same class applied again) the scheduler allocates it and the pod's nvidia-smi sees the GPU. The pod runs
     under the default runtime, runc: containerd injects the claim's devices itself."""
     plane, node = run.plane, run.node
-    grant_dra_driver(plane, DRA_DRIVER_GROUP)
+    grant_dra_driver(plane)
     node.start_dra_plugin(plane.kubeconfig(DRA_DRIVER), NVIDIA_DRA_DRIVER, [run.uuid])
-    devices = run.eventually(
-        lambda: {d["name"]: d["attributes"]["uuid"]["string"]
-                 for s in plane.request("GET", f"{RESOURCE}/resourceslices")["items"]
-                 if s["spec"]["driver"] == NVIDIA_DRA_DRIVER for d in s["spec"]["devices"]},
-        "the driver's ResourceSlice",
-    )  # fmt: skip
+    devices = run.eventually(lambda: dra_devices(plane, NODE, NVIDIA_DRA_DRIVER), "the driver's ResourceSlice")
     out: dict[str, Any] = {"published": devices}
 
     def apply_class(variant: str) -> str:
@@ -500,28 +504,26 @@ def dra_run(run: Run, carry: Path) -> dict[str, Any]:
         return str(device_class["metadata"]["name"])
 
     def allocated() -> list[str]:
-        claim = plane.request("GET", f"{RESOURCE}/namespaces/{TENANT}/resourceclaims/gpu")
-        results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
-        return [devices.get(r["device"], r["device"]) for r in results]
+        return [devices.get(r["device"], r["device"]) for r in claim_results(plane, TENANT, "gpu")]
+
+    def unschedulable() -> list[dict[str, Any]]:
+        current = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/dra-claim")
+        conditions = current["status"].get("conditions", [])
+        return [c for c in conditions if c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"]
 
     class_name = apply_class("dra-hidden")
     request = {"name": "gpu", "exactly": {"deviceClassName": class_name}}
     metadata = {"name": "gpu", "namespace": TENANT}
     plane.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata,
                   "spec": {"devices": {"requests": [request]}}})  # fmt: skip
-    pod = run.pod("dra-claim")
-    del pod["spec"]["runtimeClassName"]
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
-    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    pod = using_claim(run.pod("dra-claim"), "gpu")
     started = time.monotonic()
     plane.create(pod)
-    time.sleep(15)  # the scheduler has tried, and tried again
-    current = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/dra-claim")
-    out["while_hidden"] = {
-        "allocated": allocated(),
-        "phase": current["status"].get("phase"),
-        "scheduled": [c for c in current["status"].get("conditions", []) if c["type"] == "PodScheduled"],
-    }
+    scheduled = run.eventually(unschedulable, "the claim's pod unschedulable while the stack hides the GPU")
+    time.sleep(10)  # and still so after the scheduler's retries
+    out["while_hidden"] = {"allocated": allocated(), "scheduled": scheduled, "still": unschedulable()}
+    if out["while_hidden"]["allocated"] or not out["while_hidden"]["still"]:
+        raise RuntimeError(f"a class of a stack that hides the GPU let the claim through: {out['while_hidden']}")
     apply_class("dra")
     out["while_exposed"] = run.view(pod, started) | {"allocated": allocated()}
     run.delete_pods()
@@ -689,7 +691,10 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     dra = result.get("dra") or {}
     table["dra"] = {
         "published": sorted((dra.get("published") or {}).values()),
-        "while hidden": {k: (dra.get("while_hidden") or {}).get(k) for k in ("allocated", "phase")},
+        "while hidden": {
+            "allocated": (dra.get("while_hidden") or {}).get("allocated"),
+            "unschedulable": [c.get("message") for c in (dra.get("while_hidden") or {}).get("still", [])],
+        },
         "while exposed": {k: (dra.get("while_exposed") or {}).get(k) for k in ("allocated", "phase", "seen")},
     }
     if "error" in result:

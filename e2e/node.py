@@ -44,6 +44,9 @@ CHECKPOINT = DEVICE_PLUGINS / "kubelet_internal_checkpoint"
 MARKER_DIR = "/run/hidden-gpu-test/gpus"  # e2e/go/node/internal/marker
 MARKER_ENV = "HIDDEN_GPU_TEST_GPU_"
 CDI_KIND = "nvidia.com/gpu"
+# The identity and group the stand-in DRA kubelet plugin publishes as (ControlPlane.start(identities=...)).
+DRA_DRIVER, DRA_DRIVER_GROUP = "dra-driver", "hidden-gpu:dra-drivers"
+DRA_RESOURCE = "/apis/resource.k8s.io/v1"
 # The kubelet sets these on start unless protectKernelDefaults (pkg/kubelet/cm/container_manager_linux.go,
 # setupKernelTunables); restored at stop.
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
@@ -476,7 +479,7 @@ class Node:
             self._ctr("containers", "delete", container)
 
 
-def grant_dra_driver(plane: ControlPlane, group: str) -> None:
+def grant_dra_driver(plane: ControlPlane, group: str = DRA_DRIVER_GROUP) -> None:
     """The rights NVIDIA's chart gives its DRA kubelet plugin, in the part the stand-in uses (publish its node's
     ResourceSlices, read the claims it prepares and its Node), bound to `group`."""
     rbac = "rbac.authorization.k8s.io"
@@ -491,6 +494,36 @@ def grant_dra_driver(plane: ControlPlane, group: str) -> None:
          "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "hidden-gpu-test-dra-driver"},
          "subjects": [{"apiGroup": rbac, "kind": "Group", "name": group}]}
     )  # fmt: skip
+
+
+def dra_devices(plane: ControlPlane, node: str, driver: str) -> dict[str, str]:
+    """The devices `driver` publishes for `node` in its ResourceSlices: device name -> its `uuid` attribute."""
+    query = f"{DRA_RESOURCE}/resourceslices?fieldSelector=spec.nodeName%3D{node}"
+    return {
+        device["name"]: device["attributes"]["uuid"]["string"]
+        for piece in plane.request("GET", query)["items"]
+        if piece["spec"]["driver"] == driver
+        for device in piece["spec"]["devices"]
+    }
+
+
+def claim_results(plane: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The allocation results of a ResourceClaim (driver, pool, device, request); [] while unallocated."""
+    live = plane.request("GET", f"{DRA_RESOURCE}/namespaces/{namespace}/resourceclaims/{name}")
+    results: list[dict[str, Any]] = (
+        ((live.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    )
+    return results
+
+
+def using_claim(pod: dict[str, Any], claim: str) -> dict[str, Any]:
+    """The pod with its first container using ResourceClaim `claim`, under the default runtime: containerd injects a
+    claim's CDI devices itself, and under an NVIDIA RuntimeClass the image's NVIDIA_VISIBLE_DEVICES would decide
+    too (the guard asks for a request or `void` there, rule gpu-runtime-needs-a-request)."""
+    pod["spec"].pop("runtimeClassName", None)
+    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return pod
 
 
 def _empty(directory: Path) -> None:

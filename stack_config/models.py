@@ -776,6 +776,7 @@ def device_class_warnings(stack: StackConfig) -> list[str]:
         return []
     return [
         f"{key_path(('guard', 'allowedDeviceClasses', index))} = {name}: tenants may claim every device this class "
-        "selects and the render cannot read its selector; `cluster.verify` fails if it selects a hidden GPU"
+        "selects and the render cannot read its selector; `cluster.verify` fails if it selects a hidden GPU (a "
+        "device whose `uuid` attribute is one)"
         for index, name in enumerate(stack.guard.allowed_device_classes)
     ]

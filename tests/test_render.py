@@ -207,7 +207,8 @@ def test_an_allowed_device_class_is_a_warning_where_gpus_are_hidden(
     )
     assert json.loads(capsys.readouterr().out)["warnings"] == [
         "hidden-gpu:guard.allowedDeviceClasses[0] = nic.example.com: tenants may claim every device this class "
-        "selects and the render cannot read its selector; `cluster.verify` fails if it selects a hidden GPU"
+        "selects and the render cannot read its selector; `cluster.verify` fails if it selects a hidden GPU (a "
+        "device whose `uuid` attribute is one)"
     ]
     for node in config["hidden-gpu:nodes"]:
         node["exposedGpus"], node["hiddenGpus"] = node["exposedGpus"] + node["hiddenGpus"], []

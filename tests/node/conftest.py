@@ -22,7 +22,7 @@ import pytest
 from common.names import device_plugin_name
 from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN, PROBE
-from e2e.node import Node
+from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node
 from host import audit
 from offline.render import render
 from tests.real.conftest import eventually as real_eventually
@@ -35,9 +35,6 @@ TENANT = "ml-team"
 PLUGIN_NAMESPACE = "hidden-gpu-system"
 GPU = "nvidia.com/gpu"
 RUNTIME_CLASS = f"hidden-gpu-{NODE}"
-# The identity NVIDIA's DRA kubelet plugin publishes its ResourceSlices as (test_dra_claim.py).
-DRA_DRIVER = "dra-driver"
-DRA_DRIVER_GROUP = "hidden-gpu:dra-drivers"
 # What the node tier runs, by the names e2e.build links.
 REQUIRED = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
@@ -59,10 +56,11 @@ def node_bin_dir() -> Path:
 @pytest.fixture(scope="session")
 def node_plane(node_bin_dir: Path) -> Iterator[ControlPlane]:
     # The node lifecycle controller lifts the API server's not-ready taint once the kubelet reports Ready, as in
-    # a cluster (tests/real has no kubelet and lifts it by hand).
+    # a cluster (tests/real has no kubelet and lifts it by hand); the resource claim controller releases a deleted
+    # pod's claims and lets deleted claims go.
     with ControlPlane.start(
         node_bin_dir,
-        controllers=("node-lifecycle-controller",),
+        controllers=("node-lifecycle-controller", "resourceclaim-controller"),
         identities={f"system:node:{NODE}": ["system:nodes"], DRA_DRIVER: [DRA_DRIVER_GROUP]},
     ) as plane:
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
@@ -250,3 +248,16 @@ def run_audit(node: Node, tmp: Path, stack_file: Path, gpus: list[str], pids: di
              "--pod-resources-socket", str(socket)]
         )  # fmt: skip
     return status, out.getvalue()
+
+
+def probe_pid(pod_uid: str) -> int:
+    """The host PID of the sleeping probe in this pod, found through its cgroup as host.audit finds pods."""
+    wanted = pod_uid.replace("-", "_")
+    for proc in Path("/proc").iterdir():
+        try:
+            ours = proc.name.isdigit() and b"probe" in (proc / "cmdline").read_bytes()
+            if ours and wanted in (proc / "cgroup").read_text().replace("-", "_"):
+                return int(proc.name)
+        except OSError:
+            continue
+    raise AssertionError(f"no probe process of pod {pod_uid}")

@@ -18,14 +18,13 @@ import pytest
 
 from common.names import NVIDIA_DRA_DRIVER
 from e2e.controlplane import ControlPlane
-from e2e.node import Node, grant_dra_driver
+from e2e.node import DRA_DRIVER, DRA_RESOURCE, Node, claim_results, dra_devices, grant_dra_driver, using_claim
 from tests.node.conftest import (
-    DRA_DRIVER,
-    DRA_DRIVER_GROUP,
     NODE,
     TENANT,
     apply_render,
     eventually,
+    probe_pid,
     probe_pod,
     remove_guard,
     rendered_objects,
@@ -43,7 +42,6 @@ from tests.support.stacks import EXPOSED, HIDDEN, write_stack
 GPUS = [*HIDDEN, EXPOSED]
 CLAIMS = 3  # more than the one exposed GPU, created at once
 EXEMPT = "kube-system"
-RESOURCE = "/apis/resource.k8s.io/v1"
 # NVIDIA's own class, as its chart creates it: every device of the driver.
 NVIDIA_CLASS = {
     "apiVersion": "resource.k8s.io/v1",
@@ -65,7 +63,7 @@ def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Tem
     (device_class,) = [o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass"]
     apply_render(node_plane, objects)
     node_plane.apply(NVIDIA_CLASS, manager="nvidia-dra-driver-chart")
-    grant_dra_driver(node_plane, DRA_DRIVER_GROUP)
+    grant_dra_driver(node_plane)
     node.start_dra_plugin(node_plane.kubeconfig(DRA_DRIVER), NVIDIA_DRA_DRIVER, GPUS)
     eventually(lambda: published(node_plane) == GPUS, "the driver's ResourceSlice")
     eventually(
@@ -74,43 +72,42 @@ def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Tem
     )
     yield device_class
     for namespace in (TENANT, EXEMPT):
-        for kind in ("pods", "resourceclaims"):
-            prefix = "/api/v1" if kind == "pods" else RESOURCE
+        for prefix, kind in (("/api/v1", "pods"), (DRA_RESOURCE, "resourceclaims")):
             node_plane.request("DELETE", f"{prefix}/namespaces/{namespace}/{kind}?labelSelector=test%3Ddra")
-    eventually(lambda: not dra_pods(node_plane), "the DRA pods gone")
+    # The resource claim controller releases the pods' claims, then lets them go: the GPUs are free again.
+    eventually(lambda: not dra_pods(node_plane) and not dra_claims(node_plane), "the DRA pods and claims gone")
     node.stop_dra_plugin()
+    for obj in [*(o for o in objects if o["kind"] == "DeviceClass"), NVIDIA_CLASS]:
+        node_plane.request("DELETE", node_plane.path(obj))
     remove_guard(node_plane, objects)
 
 
 def published(plane: ControlPlane) -> list[str]:
     """The UUIDs in this node's slices of NVIDIA's driver, by device name (gpu-<minor>) order."""
-    slices = plane.request("GET", f"{RESOURCE}/resourceslices?fieldSelector=spec.nodeName%3D{NODE}")["items"]
-    devices = {
-        d["name"]: d["attributes"]["uuid"]["string"]
-        for s in slices
-        if s["spec"]["driver"] == NVIDIA_DRA_DRIVER
-        for d in s["spec"]["devices"]
-    }
+    devices = dra_devices(plane, NODE, NVIDIA_DRA_DRIVER)
     return [devices[name] for name in sorted(devices, key=lambda n: int(n.split("-")[1]))]
 
 
-def dra_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+def labelled(plane: ControlPlane, prefix: str, kind: str) -> list[dict[str, Any]]:
     return [
-        p
+        item
         for namespace in (TENANT, EXEMPT)
-        for p in plane.request("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=test%3Ddra")["items"]
+        for item in plane.request("GET", f"{prefix}/namespaces/{namespace}/{kind}?labelSelector=test%3Ddra")["items"]
     ]
 
 
+def dra_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    return labelled(plane, "/api/v1", "pods")
+
+
+def dra_claims(plane: ControlPlane) -> list[dict[str, Any]]:
+    return labelled(plane, DRA_RESOURCE, "resourceclaims")
+
+
 def claim_pod(name: str, claim_name: str, namespace: str = TENANT) -> dict[str, Any]:
-    """A sleeping probe whose one container uses the claim `claim_name`, under the default runtime (runc): containerd
-    injects a claim's CDI devices itself. Under an NVIDIA runtime class the image's NVIDIA_VISIBLE_DEVICES would
-    decide too, and the guard asks for a request or `void` there (rule gpu-runtime-needs-a-request)."""
-    pod = probe_pod(name, sleep=True)
-    del pod["spec"]["runtimeClassName"]
+    """A sleeping probe whose one container uses the claim `claim_name` (e2e.node.using_claim: no RuntimeClass)."""
+    pod = using_claim(probe_pod(name, sleep=True), claim_name)
     pod["metadata"] |= {"namespace": namespace, "labels": {"test": "dra"}}
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
-    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     return pod
 
 
@@ -121,14 +118,19 @@ def new_claim(plane: ControlPlane, name: str, device_class: str, namespace: str 
 
 
 def allocated_uuids(plane: ControlPlane, namespace: str, name: str) -> list[str]:
-    live = plane.request("GET", f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{name}")
-    results = ((live.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    results = claim_results(plane, namespace, name)
     return [GPUS[int(r["device"].split("-")[1])] for r in results if r["driver"] == NVIDIA_DRA_DRIVER]
 
 
-def test_the_plugin_publishes_every_gpu_of_the_node(node_plane: ControlPlane, gpu_class: str) -> None:
-    """As NVIDIA's driver does: no per-UUID filter, so the hidden GPUs are in the slice; only the class keeps them."""
-    assert published(node_plane) == GPUS
+def test_the_plugin_publishes_every_gpu_as_nvidias_driver_does(node_plane: ControlPlane, gpu_class: str) -> None:
+    """No per-UUID filter, so the hidden GPUs are in the slice (the fixture waited for all of them); one pool named
+    after the node, devices `gpu-<minor>` of type gpu, owned by the Node."""
+    query = f"{DRA_RESOURCE}/resourceslices?fieldSelector=spec.nodeName%3D{NODE}"
+    (piece,) = [s for s in node_plane.request("GET", query)["items"] if s["spec"]["driver"] == NVIDIA_DRA_DRIVER]
+    assert piece["spec"]["pool"]["name"] == NODE
+    assert [d["name"] for d in piece["spec"]["devices"]] == [f"gpu-{minor}" for minor in range(len(GPUS))]
+    assert {d["attributes"]["type"]["string"] for d in piece["spec"]["devices"]} == {"gpu"}
+    assert [(o["kind"], o["name"]) for o in piece["metadata"]["ownerReferences"]] == [("Node", NODE)]
 
 
 def test_claims_of_the_stack_class_get_the_exposed_gpu_only(
@@ -162,9 +164,13 @@ def test_claims_of_the_stack_class_get_the_exposed_gpu_only(
     )
     assert seen(lines) == {EXPOSED}, lines
 
-    status, out = run_audit(node, tmp_path, write_stack(tmp_path, config(), name="node"), GPUS, {})
+    # The holder's process on its GPU: clean only if the audit read the kubelet's DRA allocation (without it, "a pod
+    # uses a GPU the kubelet did not allocate to it").
+    pod = node_plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/{holder}")
+    pid = probe_pid(pod["metadata"]["uid"])
+    status, out = run_audit(node, tmp_path, write_stack(tmp_path, config(), name="node"), GPUS, {EXPOSED: pid})
     assert status == 0, out
-    assert "hidden GPU" not in out, out
+    assert f"pid {pid}: pod {TENANT}/{holder} container probe" in out, out
 
 
 def test_a_claim_the_guard_does_not_judge_reaches_a_hidden_gpu(

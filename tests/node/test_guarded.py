@@ -24,6 +24,7 @@ from tests.node.conftest import (
     delete_pods,
     eventually,
     plugin_pod,
+    probe_pid,
     probe_pod,
     remove_guard,
     rendered_objects,
@@ -76,19 +77,6 @@ def test_the_allocated_pod_still_runs_under_the_guard(node_plane: ControlPlane, 
     assert allocated(node, result["pod"]) == [EXPOSED]
     assert seen(result["lines"]) == {EXPOSED}
     delete_pods(node_plane, node)
-
-
-def probe_pid(pod_uid: str) -> int:
-    """The host PID of the sleeping probe in this pod, found through its cgroup as host.audit finds pods."""
-    wanted = pod_uid.replace("-", "_")
-    for proc in Path("/proc").iterdir():
-        try:
-            ours = proc.name.isdigit() and b"probe" in (proc / "cmdline").read_bytes()
-            if ours and wanted in (proc / "cgroup").read_text().replace("-", "_"):
-                return int(proc.name)
-        except OSError:
-            continue
-    raise AssertionError(f"no probe process of pod {pod_uid}")
 
 
 def test_audit_reads_this_kubelet_and_the_pods_cgroups(

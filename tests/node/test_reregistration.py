@@ -29,6 +29,7 @@ from e2e.node import Node, Toolkit
 from tests.node.conftest import (
     GPU,
     NODE,
+    PLUGIN_NAMESPACE,
     apply_render,
     delete_pods,
     eventually,
@@ -87,12 +88,23 @@ def register_again(plane: ControlPlane, node: Node, node_labels: dict[str, str] 
         plane.request("DELETE", f"/api/v1/nodes/{NODE}")
         eventually(lambda: plane.get_or_none(f"/api/v1/nodes/{NODE}") is None, "the Node gone")
         watch.start()
-        watch.started.wait(10)
+        assert watch.started.wait(10), "the watch did not start"
 
     node.restart_kubelet(node_labels, before=delete_node)
     watch.join(10)
     assert watch.first is not None, "no ADDED event"
     return watch.first
+
+
+def plugin_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    """The plugin DaemonSet's pods that are not being deleted."""
+    pods = plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def unschedulable(pod: dict[str, Any]) -> bool:
+    conditions = pod["status"].get("conditions", [])
+    return any(c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable" for c in conditions)
 
 
 def advertised_again(node: Node) -> float:
@@ -110,12 +122,17 @@ def test_without_the_kubelet_flag_the_node_comes_back_unhidden_and_without_our_p
     by hidden-gpu's node label (RuntimeClass admission copies it into the pod's nodeSelector), which went with the
     old Node, so the kubelet refuses the pod it had (NodeAffinity) and the new one stays Pending. The exposed GPU is
     not advertised until the repair puts the labels back."""
+    (running,) = [p["metadata"]["name"] for p in plugin_pods(node_plane)]
+    log_from = len(node.log("kubelet"))
     first = register_again(node_plane, node, None)
     labels = first["metadata"].get("labels", {})
     assert DEVICE_PLUGIN_LABEL not in labels and NODE_LABEL not in labels, labels
     time.sleep(10)  # the kubelet's admission and the scheduler have had their turn
     assert node.allocatable() == 0
-    assert "Predicate NodeAffinity failed" in node.log("kubelet")
+    refused = [line for line in node.log("kubelet")[log_from:].splitlines() if "Predicate NodeAffinity failed" in line]
+    assert any(running in line for line in refused), refused
+    successors = [p for p in plugin_pods(node_plane) if p["metadata"]["name"] != running]
+    assert successors and all(unschedulable(p) for p in successors), successors
     # The repair: what `up` after a refresh applies again (the node's label patch among the render's objects).
     apply_render(node_plane, rendered_objects(tmp_path_factory.mktemp("repair"), STRATEGY, guard=False))
     assert node.node()["metadata"]["labels"][DEVICE_PLUGIN_LABEL] == "false"

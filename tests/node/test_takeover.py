@@ -298,21 +298,32 @@ def test_a_surge_roll_leaves_the_node_without_gpus(node_plane: ControlPlane, nod
         return (pod["metadata"].get("annotations") or {}).get("hidden-gpu.test/roll") == "surge"
 
     def stranded() -> bool:
-        pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")[
-            "items"
-        ]
+        pods = stranded_pods(node_plane)
         return len(pods) == 1 and surged(pods[0]) and pods[0]["status"].get("phase") == "Running"
 
+    log_from = len(node.log("kubelet"))
     samples = sampled(node_plane, roll, stranded, "the surged pod alone")
     time.sleep(10)  # long past any re-registration
     report("surge", samples, node)
-    assert max(len(running) for _, _, running in samples) == 2, "the roll never surged"
     assert node.allocatable() == 0, "the kubelet kept the surged plugin"
+    # The order that strands it, in the kubelet's own log: the surged plugin registered (once: it did, and never
+    # again), and only then did the old plugin's ListAndWatch end, which disconnected the new one.
+    (surged_pod,) = [f"{HAND_NAMESPACE}/{p['metadata']['name']}" for p in stranded_pods(node_plane) if surged(p)]
+    assert registrations(node, {surged_pod}) == {surged_pod: 1}
+    log = node.log("kubelet")[log_from:]
+    registered = log.rfind("Got registration request from device plugin")
+    ended = log.rfind("ListAndWatch ended unexpectedly")
+    assert 0 <= registered < ended, log[-3000:]
     # Recovery: the plugin restarted (its pod deleted) registers again.
     pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")
     for pod in pods["items"]:
         node_plane.request("DELETE", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods/{pod['metadata']['name']}")
     eventually(lambda: one_plugin_serving(node_plane, node, surged), "the plugin registered again")
+
+
+def stranded_pods(plane: ControlPlane) -> list[dict[str, Any]]:
+    path = f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}"
+    return list(plane.request("GET", path)["items"])
 
 
 def report(what: str, samples: list[Sample], node: Node) -> None:

@@ -131,11 +131,14 @@ func (p *plugin) serve(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if slices.Contains(names, filepath.Base(pluginapi.KubeletSocket)) {
-			return fmt.Errorf("kubelet socket %s created anew: the kubelet restarted", pluginapi.KubeletSocket)
+		if slices.Contains(names, filepath.Base(pluginapi.KubeletSocket)) || slices.Contains(names, lostTrack) {
+			return fmt.Errorf("kubelet socket %s created anew (or the watch lost track): the kubelet restarted", pluginapi.KubeletSocket)
 		}
 	}
 }
+
+// lostTrack stands for the events an inotify watch could not report (a name no file can have).
+const lostTrack = "/"
 
 // watchCreate returns a non-blocking inotify descriptor reporting files created in dir.
 func watchCreate(dir string) (int, error) {
@@ -165,7 +168,12 @@ func createdNames(fd int) ([]string, error) {
 		for offset := 0; offset+unix.SizeofInotifyEvent <= n; {
 			event := (*unix.InotifyEvent)(unsafe.Pointer(&buffer[offset]))
 			name := buffer[offset+unix.SizeofInotifyEvent : offset+unix.SizeofInotifyEvent+int(event.Len)]
-			names = append(names, strings.TrimRight(string(name), "\x00"))
+			if event.Mask&(unix.IN_Q_OVERFLOW|unix.IN_IGNORED) != 0 {
+				// Events were dropped, or the directory went: assume the worst, as a restart.
+				names = append(names, lostTrack)
+			} else {
+				names = append(names, strings.TrimRight(string(name), "\x00"))
+			}
 			offset += unix.SizeofInotifyEvent + int(event.Len)
 		}
 	}
