@@ -155,6 +155,7 @@ def dripping_server() -> Iterator[int]:
         listener.close()
 
 
+@pytest.mark.slow  # waits out its deadline or retries (1-2 s): make test-all
 def test_a_server_that_drips_its_answer_is_cut_at_the_deadline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -147,6 +147,7 @@ def test_an_unanswered_release_says_what_state_the_node_is_in(
         assert f"`kubectl get node gpu-node-09 --show-labels` ({DEVICE_PLUGIN_LABEL}=false: still hidden)" in err
 
 
+@pytest.mark.slow  # waits out its deadline or retries (1-2 s): make test-all
 def test_a_release_answered_too_late_is_read_again_within_the_deadline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

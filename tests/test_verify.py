@@ -192,6 +192,7 @@ def test_throttling_and_server_errors_are_retried(tmp_path: Path, capsys: pytest
     assert len(cluster.requests) == 12
 
 
+@pytest.mark.slow  # waits out its deadline or retries (1-2 s): make test-all
 def test_a_server_that_keeps_failing_is_unavailable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cluster = healthy(PROD_CONFIG)
     cluster.faults = [500] * 4
@@ -208,6 +209,7 @@ def test_a_malformed_answer_is_one_line_and_status_3(tmp_path: Path, capsys: pyt
     assert err == "error: malformed answer to GET /api/v1/nodes: not JSON\n"
 
 
+@pytest.mark.slow  # waits out its deadline or retries (1-2 s): make test-all
 def test_an_unreachable_server(tmp_path: Path, capsys: pytest.CaptureFixture[str], unused_port: int) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
