@@ -33,8 +33,7 @@ from cluster.kube import Reader, add_cluster_options, api_client
 from cluster.metrics import usable, write_textfile
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
 from common.names import (
-    DRA_GROUP,
-    DRA_VERSION,
+    DRA_API_PATH,
     FIELD_MANAGER,
     GPU_RESOURCE,
     INSTANCE_LABEL,
@@ -66,7 +65,6 @@ from stack_config import NodeConfig, StackConfig, parse_project_config, read_sta
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-RESOURCE = f"/apis/{DRA_GROUP}/{DRA_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -136,8 +134,8 @@ class Live:
                 by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicybindings", OURS)) if mutating else {}
             ),
             records=[Claim.of(c) for c in reader.list("/api/v1/configmaps", STACK_LABEL)],
-            device_classes=by_name(reader.list(f"{RESOURCE}/deviceclasses")),
-            resource_slices=reader.list(f"{RESOURCE}/resourceslices"),
+            device_classes=by_name(reader.list(f"{DRA_API_PATH}/deviceclasses")),
+            resource_slices=reader.list(f"{DRA_API_PATH}/resourceslices"),
             adopted={
                 (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
                 for namespace, name in taken_over

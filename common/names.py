@@ -234,6 +234,7 @@ DRA_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"
+DRA_API_PATH = f"/apis/{DRA_GROUP}/{DRA_VERSION}"  # the REST path of its objects
 # NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu v0.4.0): its driver name, the attribute that carries a device's
 # UUID (a full GPU's, or a MIG device's own), and the DeviceClasses its chart creates, each selecting every device
 # the driver publishes of its kind, hidden GPUs included (deployments/helm/dra-driver-nvidia-gpu/templates/

@@ -454,7 +454,7 @@ def setting_run(run: Run, carry: Path, name: str, plugin_image: str, plugin_name
     try:
         run.eventually(
             lambda: run.node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [run.uuid] and
-            run.node.node()["status"]["allocatable"].get(GPU) == "1", "the plugin registered the GPU", 60)  # fmt: skip
+            run.node.allocatable() == 1, "the plugin registered the GPU", 60)  # fmt: skip
         out["plugin_registered_s"] = round(time.monotonic() - started, 2)
     except RuntimeError as error:  # measure the routes that need no plugin all the same
         out["plugin_registered_s"], out["plugin_error"] = None, str(error)[-1000:]

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from common.names import DRA_API_PATH
 from e2e import images
 from e2e.controlplane import ApiError, ControlPlane, free_port
 
@@ -46,7 +47,6 @@ MARKER_ENV = "HIDDEN_GPU_TEST_GPU_"
 CDI_KIND = "nvidia.com/gpu"
 # The identity and group the stand-in DRA kubelet plugin publishes as (ControlPlane.start(identities=...)).
 DRA_DRIVER, DRA_DRIVER_GROUP = "dra-driver", "hidden-gpu:dra-drivers"
-DRA_RESOURCE = "/apis/resource.k8s.io/v1"
 # The kubelet sets these on start unless protectKernelDefaults (pkg/kubelet/cm/container_manager_linux.go,
 # setupKernelTunables); restored at stop.
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
@@ -498,7 +498,7 @@ def grant_dra_driver(plane: ControlPlane, group: str = DRA_DRIVER_GROUP) -> None
 
 def dra_devices(plane: ControlPlane, node: str, driver: str) -> dict[str, str]:
     """The devices `driver` publishes for `node` in its ResourceSlices: device name -> its `uuid` attribute."""
-    query = f"{DRA_RESOURCE}/resourceslices?fieldSelector=spec.nodeName%3D{node}"
+    query = f"{DRA_API_PATH}/resourceslices?fieldSelector=spec.nodeName%3D{node}"
     return {
         device["name"]: device["attributes"]["uuid"]["string"]
         for piece in plane.request("GET", query)["items"]
@@ -509,7 +509,7 @@ def dra_devices(plane: ControlPlane, node: str, driver: str) -> dict[str, str]:
 
 def claim_results(plane: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
     """The allocation results of a ResourceClaim (driver, pool, device, request); [] while unallocated."""
-    live = plane.request("GET", f"{DRA_RESOURCE}/namespaces/{namespace}/resourceclaims/{name}")
+    live = plane.request("GET", f"{DRA_API_PATH}/namespaces/{namespace}/resourceclaims/{name}")
     results: list[dict[str, Any]] = (
         ((live.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
     )

@@ -69,9 +69,7 @@ def test_plugin_runs_as_rendered_and_offers_only_the_exposed_gpu(
         lambda: node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [EXPOSED],
         "the checkpoint's RegisteredDevices = the exposed UUID",
     )
-    eventually(
-        lambda: node.node()["status"]["allocatable"].get(GPU) == "1", "the node's allocatable nvidia.com/gpu = 1"
-    )
+    eventually(lambda: node.allocatable() == 1, "the node's allocatable nvidia.com/gpu = 1")
     assert node.node()["status"]["capacity"][GPU] == "1"
 
 

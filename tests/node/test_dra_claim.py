@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from common.names import NVIDIA_DRA_DRIVER
+from common.names import DRA_API_PATH, NVIDIA_DRA_DRIVER
 from e2e.controlplane import ControlPlane
-from e2e.node import DRA_DRIVER, DRA_RESOURCE, Node, claim_results, dra_devices, grant_dra_driver, using_claim
+from e2e.node import DRA_DRIVER, Node, claim_results, dra_devices, grant_dra_driver, using_claim
 from tests.node.conftest import (
     NODE,
     TENANT,
@@ -72,7 +72,7 @@ def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Tem
     )
     yield device_class
     for namespace in (TENANT, EXEMPT):
-        for prefix, kind in (("/api/v1", "pods"), (DRA_RESOURCE, "resourceclaims")):
+        for prefix, kind in (("/api/v1", "pods"), (DRA_API_PATH, "resourceclaims")):
             node_plane.request("DELETE", f"{prefix}/namespaces/{namespace}/{kind}?labelSelector=test%3Ddra")
     # The resource claim controller releases the pods' claims, then lets them go: the GPUs are free again.
     eventually(lambda: not dra_pods(node_plane) and not dra_claims(node_plane), "the DRA pods and claims gone")
@@ -101,7 +101,7 @@ def dra_pods(plane: ControlPlane) -> list[dict[str, Any]]:
 
 
 def dra_claims(plane: ControlPlane) -> list[dict[str, Any]]:
-    return labelled(plane, DRA_RESOURCE, "resourceclaims")
+    return labelled(plane, DRA_API_PATH, "resourceclaims")
 
 
 def claim_pod(name: str, claim_name: str, namespace: str = TENANT) -> dict[str, Any]:
@@ -125,7 +125,7 @@ def allocated_uuids(plane: ControlPlane, namespace: str, name: str) -> list[str]
 def test_the_plugin_publishes_every_gpu_as_nvidias_driver_does(node_plane: ControlPlane, gpu_class: str) -> None:
     """No per-UUID filter, so the hidden GPUs are in the slice (the fixture waited for all of them); one pool named
     after the node, devices `gpu-<minor>` of type gpu, owned by the Node."""
-    query = f"{DRA_RESOURCE}/resourceslices?fieldSelector=spec.nodeName%3D{NODE}"
+    query = f"{DRA_API_PATH}/resourceslices?fieldSelector=spec.nodeName%3D{NODE}"
     (piece,) = [s for s in node_plane.request("GET", query)["items"] if s["spec"]["driver"] == NVIDIA_DRA_DRIVER]
     assert piece["spec"]["pool"]["name"] == NODE
     assert [d["name"] for d in piece["spec"]["devices"]] == [f"gpu-{minor}" for minor in range(len(GPUS))]

@@ -46,7 +46,7 @@ def test_the_plugin_gets_its_gpu_through_the_rendered_mount(node: Node, deployed
         lambda: node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [EXPOSED],
         "the checkpoint's RegisteredDevices = the exposed UUID",
     )
-    eventually(lambda: node.node()["status"]["allocatable"].get(GPU) == "1", "allocatable nvidia.com/gpu = 1")
+    eventually(lambda: node.allocatable() == 1, "allocatable nvidia.com/gpu = 1")
 
 
 def test_an_allocated_pod_sees_its_gpu(node_plane: ControlPlane, node: Node, deployed: Pod) -> None:

@@ -62,9 +62,7 @@ def test_up_runs_the_plugin_on_the_real_kubelet(node_plane: ControlPlane, node: 
         "the checkpoint's RegisteredDevices = the exposed UUID",
     )
     # The node's status follows the checkpoint on the kubelet's own cadence.
-    eventually(
-        lambda: node.node()["status"]["allocatable"].get(GPU) == "1", "the node's allocatable nvidia.com/gpu = 1"
-    )
+    eventually(lambda: node.allocatable() == 1, "the node's allocatable nvidia.com/gpu = 1")
     assert node.node()["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "false"
     upped.preview(expect_no_changes=True)
     assert NODE in str(upped.outputs()["nodes"].value)

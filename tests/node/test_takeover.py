@@ -137,7 +137,7 @@ def handmade(node_plane: ControlPlane, node: Node) -> Iterator[None]:
     node_plane.apply(hand_made(), manager=HAND_MANAGER)
 
     def advertised() -> bool:
-        if node.node()["status"]["allocatable"].get(GPU) == "1":
+        if node.allocatable() == 1:
             return True
         pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods")["items"]
         raise AssertionError([(p["metadata"]["name"], p.get("status")) for p in pods])

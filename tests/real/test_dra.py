@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from cluster import verify
-from common.names import CLAIMS_POLICY_NAME, NVIDIA_DRA_DRIVER, Token, dra_quota_key, pool_class_name
+from common.names import CLAIMS_POLICY_NAME, DRA_API_PATH, NVIDIA_DRA_DRIVER, Token, dra_quota_key, pool_class_name
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
 from tests.real.conftest import TENANT, bind_tenants, eventually, kwok_plane, seed
@@ -46,7 +46,6 @@ EXPOSED = {uuid for exposed, _ in NODES.values() for uuid in exposed}
 HIDDEN = {uuid for _, hidden in NODES.values() for uuid in hidden}
 CLAIMS = 12  # three times the exposed GPUs, created at once
 QUOTA = CLAIMS  # the quota admits every claim: the allocator alone decides
-RESOURCE = "/apis/resource.k8s.io/v1"
 # A namespace the platform opened to DRA admin access (kubernetes v1.36.3 pkg/registry/resource/utils.go:41-75
 # refuses adminAccess elsewhere): the tenant's `edit` there, and the guard the only thing judging its claims.
 ADMIN_ACCESS_NS = "ml-admin"
@@ -198,7 +197,7 @@ def retarget(obj: dict[str, Any]) -> dict[str, Any]:
 
 def allocated(plane: ControlPlane, name: str) -> list[str] | None:
     """The UUIDs of the devices the scheduler allocated to this claim, None while unallocated."""
-    found = plane.request("GET", f"{RESOURCE}/namespaces/{TENANT}/resourceclaims/{name}")
+    found = plane.request("GET", f"{DRA_API_PATH}/namespaces/{TENANT}/resourceclaims/{name}")
     allocation = (found.get("status") or {}).get("allocation")
     if not allocation:
         return None
@@ -269,7 +268,7 @@ def test_a_nic_claim_of_an_allowed_class_is_admitted_and_allocated(plane: Contro
     )
 
     def results() -> list[dict[str, Any]] | None:
-        found = plane.request("GET", f"{RESOURCE}/namespaces/{TENANT}/resourceclaims/nic")
+        found = plane.request("GET", f"{DRA_API_PATH}/namespaces/{TENANT}/resourceclaims/nic")
         allocation = (found.get("status") or {}).get("allocation") or {}
         return list(allocation["devices"]["results"]) if allocation else None
 
@@ -331,7 +330,7 @@ def test_verify_reads_the_drivers_slices_and_classes(
     assert rows[f"{TENANT} ResourceQuota {dra_quota_key(GPU_CLASS)}"]["ok"]
     plane.request(
         "PATCH",
-        f"{RESOURCE}/deviceclasses/{NVIDIA_DRA_DRIVER}",
+        f"{DRA_API_PATH}/deviceclasses/{NVIDIA_DRA_DRIVER}",
         {"spec": {"extendedResourceName": "nvidia.com/gpu"}},
         content_type="application/merge-patch+json",
     )
@@ -342,4 +341,4 @@ def test_verify_reads_the_drivers_slices_and_classes(
         reached = rows["gpu-node-01 hidden GPUs a tenant DeviceClass selects"]["actual"]
         assert all(f"{uuid} by {NIC_CLASS}" in reached for uuid in NODES["gpu-node-01"][1]), reached
     finally:
-        plane.request("DELETE", f"{RESOURCE}/deviceclasses/{NIC_CLASS}")
+        plane.request("DELETE", f"{DRA_API_PATH}/deviceclasses/{NIC_CLASS}")
