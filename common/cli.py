@@ -5,7 +5,6 @@ Standard library only: the GPU-host tools import it too.
 
 from __future__ import annotations
 
-import _thread
 import argparse
 import contextlib
 import errno
@@ -19,7 +18,9 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
+
+from common.quiet_start import TOOL_PROCESS
 
 # Exit statuses, the same for every tool. A gate can tell a finding (1) from a crash (4).
 EXIT_OK = 0
@@ -35,8 +36,6 @@ STACK_FILE_GLOB = "Pulumi.*.yaml"
 SHOWN_VALUE_CHARS = 80
 # How a tool ends when the reader of its output goes away (`| head`): as if killed by SIGPIPE, as `cat` does.
 EXIT_CLOSED_PIPE = 128 + 13
-# The tools' own modules: run as `python -m <room>.<tool>`, they leave a Ctrl-C quietly (see the end of this file).
-TOOL_ROOMS = ("offline", "cluster", "host")
 
 
 class ToolError(Exception):
@@ -279,51 +278,13 @@ def format_table(rows: Sequence[Sequence[str]], indent: str = "") -> str:
     )
 
 
-def _quiet_interrupt(kind: type[BaseException], value: BaseException, trace: object) -> None:
-    """A Ctrl-C before a tool's error path is entered (while its modules import) ends it without a traceback;
-    the interpreter then exits as killed by SIGINT, as the shell expects of an interrupted command. Python wraps
-    one that lands in a class's creation (RuntimeError: Error calling __set_name__): the chain says so."""
-    cause: BaseException | None = value
-    while cause is not None and not isinstance(cause, KeyboardInterrupt):
-        cause = cause.__cause__ or cause.__context__
-    if cause is None:
-        _previous_hook(kind, value, trace)  # type: ignore[arg-type]
-
-
-def _interrupt_again(unraisable: Any) -> None:
-    """A Ctrl-C that lands in a weakref callback or a __del__ cannot leave it ("Exception ignored in ..."): raise
-    it again in the main thread, where the error path turns it into exit 130, instead of printing and losing it.
-    From another thread, a moment later: raised at once, it could land in this hook itself."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        threading.Timer(0.01, _thread.interrupt_main).start()
-        return
-    _previous_unraisable_hook(unraisable)
-
-
-def _run_module() -> str:
-    """The module `python -m` runs, "" otherwise. While runpy imports the module's package, `__main__` is not yet
-    that module (the rooms' __init__ import this one then), so the command line says it."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if spec is not None:
-        return str(spec.name)
-    argv = getattr(sys, "orig_argv", [])
-    return argv[argv.index("-m") + 1] if "-m" in argv[:-1] else ""
-
-
-# Only for `python -m offline.render` and the like: a program that imports common/ keeps its own hooks.
-_previous_hook, _previous_unraisable_hook = sys.excepthook, sys.unraisablehook
-_TOOL_PROCESS = _run_module().split(".")[0] in TOOL_ROOMS
-if _TOOL_PROCESS:
-    sys.excepthook, sys.unraisablehook = _quiet_interrupt, _interrupt_again
-
-
 @contextlib.contextmanager
 def interrupt_ends_process() -> Iterator[None]:
     """Around work that writes nothing and whose KeyboardInterrupt cannot be trusted to leave: a tool's Ctrl-C
     ends the process at once, as killed by SIGINT. Pulumi's event loop, which runs the program under the mocks,
     swallows an interrupt that lands in some of its callbacks (the render then goes on) or waits forever on the
     task it ended (a hang). Only in a tool's own process and main thread: tests and other programs keep theirs."""
-    if not _TOOL_PROCESS or threading.current_thread() is not threading.main_thread():
+    if not TOOL_PROCESS or threading.current_thread() is not threading.main_thread():
         yield
         return
 
