@@ -413,7 +413,9 @@ def test_watch_stops_within_a_second_of_sigterm_even_mid_scan(tmp_path: Path) ->
     loop = threading.Thread(target=scan_forever, args=(hanging, 0.3, stop, lambda _r, e: reports.append(e)))
     loop.start()
     assert stuck.wait(5)
-    time.sleep(0.6)  # past its interval: reported as failed meanwhile
+    waited = time.monotonic()
+    while not reports and time.monotonic() - waited < 5:  # past its interval: reported as failed meanwhile
+        time.sleep(0.02)
     stopped = time.monotonic()
     stop.set()
     loop.join(5)
