@@ -13,7 +13,9 @@ RuntimeClass, node label, ... exactly as `make render` writes them, the guard's 
 what the kubelet and the runtime do, not admission), and copies NVIDIA's plugin binary, xz-packed, from
 ../shared/bin (the module proxy serves none; never part of the project, never a CI dependency).
 
-`run` needs Python 3 and PyYAML only (the device machine has no pydantic): the render is read from e2e/.gpu. The
+`run` needs Python 3 and PyYAML (the render is read from e2e/.gpu), and for its host.audit phase the host tools'
+requirements: those the device machine lacks (pydantic; protobuf at our version) travel as wheels that `prepare`
+downloads, with a CUDA holder (e2e/cuda_hold.c) it builds with cc. The
 stack was rendered for a placeholder UUID; `run` puts the host's first GPU's UUID in its place (the UUID and the
 volume name derived from it): the one change besides the plugin's image, which is a local OCI archive of NVIDIA's
 binary (pull policy Never), as in tests/node. `--rehearse` runs everything but the GPU: the synthetic CDI spec, the
@@ -43,6 +45,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from common.names import NVIDIA_DRA_DRIVER
 from e2e import images
 from e2e.build import GPU_CARRY, LINKS, NODESET_FILE
@@ -58,11 +62,20 @@ from e2e.node import (
     claim_results,
     dra_devices,
     grant_dra_driver,
+    pod_pid,
     using_claim,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 PLUGIN_XZ = "nvidia-device-plugin-v0.20.0.xz"
+HOLD = "hidden-gpu-cuda-hold"  # e2e/cuda_hold.c, built by `prepare`
+WHEELS = "wheels"
+# requirements-host.txt's packages the device machine lacks (../.library/device/KINDS.md lists its image's), at
+# constraints.txt's versions; protobuf too, which must not be older than host/podresources' generated code.
+DEVICE_LACKS = ("pydantic", "pydantic_core", "annotated-types", "typing-inspection", "typing_extensions", "protobuf")
+WHEEL_PLATFORM = ("--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux2014_x86_64",
+                  "--platform", "manylinux_2_17_x86_64")  # fmt: skip
 PLUGIN_XZ_SHA256 = "beacab4ab734239d66029a077268e249cac1638c7ed03daae7b107da1dfd1348"  # ../shared/bin/README.md
 PLUGIN_SHA256 = "58737ebefd1b8fd755292b8b4816d6cff208f6267471c2ce08bd624ab78054d1"
 SHARED_PLUGIN = ROOT.parent / "shared" / "bin" / PLUGIN_XZ
@@ -79,6 +92,8 @@ UUID = re.compile(r"\(UUID: ((?:GPU|MIG)-[0-9a-f-]+)\)")
 REQUEST_DIR = "/var/run/nvidia-container-devices"
 WAIT_S = 90.0
 DEADLINE_S = 540  # the device's `run` stops a command at 600 s: end first, with what was measured
+# host.audit's phase: a pod the plugin gave the GPU, and one that asked for none and reached it all the same.
+PODS = {"allocated": ("cuda-holder", 1), "zero": ("cuda-zero", 0)}
 SETTINGS = {"defaults": (Toolkit(), "envvar"), "hardened": (HARDENED, "volume-mounts")}
 # The pod image's one program, dash: what decides the container's GPUs, then nvidia-smi -L, one fact a line.
 SCRIPT = """
@@ -91,6 +106,7 @@ echo "$out" | while IFS= read -r line; do echo "smi $line"; done
 echo "smi-rc $rc"
 echo done
 [ "$1" = hold ] && exec /pause
+[ "$1" = cuda ] && exec /hold
 exit 0
 """
 
@@ -165,7 +181,13 @@ def prepare(plugin_xz: Path) -> int:
         print(f"{plugin_xz}: not the sha256 ../shared/bin/README.md names", file=sys.stderr)
         return 1
     (GPU_CARRY / PLUGIN_XZ).write_bytes(data)
-    total = sum(p.stat().st_size for p in GPU_CARRY.iterdir())
+    subprocess.run(["cc", "-O2", "-Wall", "-o", str(GPU_CARRY / HOLD), str(HERE / "cuda_hold.c"), "-ldl"], check=True)
+    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line)
+    shutil.rmtree(GPU_CARRY / WHEELS, ignore_errors=True)
+    wanted = [f"{name}=={pins[name]}" for name in DEVICE_LACKS]
+    download = ["download", "-q", "--no-deps", "--only-binary=:all:", *WHEEL_PLATFORM, "-d", str(GPU_CARRY / WHEELS)]
+    subprocess.run([sys.executable, "-m", "pip", *download, *wanted], check=True)
+    total = sum(p.stat().st_size for p in GPU_CARRY.rglob("*") if p.is_file())
     print(f"{GPU_CARRY}: {total / 2**20:.1f} MiB to carry (device: 64 MiB with the repository)")
     return 0
 
@@ -241,8 +263,11 @@ def nvml(spec_dir: Path) -> tuple[str, dict[str, Path]]:
     return "", {}
 
 
-def make_images(bin_dir: Path, work: Path, rehearse: bool, spec_dir: Path) -> list[tuple[Image, dict[str, Path]]]:
-    """pause, the pod image (dash, nvidia-smi, pause) and the plugin image (NVIDIA's binary, or the stand-in)."""
+def make_images(
+    bin_dir: Path, work: Path, rehearse: bool, spec_dir: Path, hold: Path
+) -> list[tuple[Image, dict[str, Path]]]:
+    """pause, the pod image (dash, nvidia-smi, pause, the CUDA holder) and the plugin image (NVIDIA's binary, or the
+    stand-in)."""
     work.mkdir(parents=True, exist_ok=True)
     ld_conf = work / "ld.so.conf"
     ld_conf.write_text("")  # for the toolkit's ldcache hook, which runs ldconfig over the container's /etc
@@ -252,7 +277,7 @@ def make_images(bin_dir: Path, work: Path, rehearse: bool, spec_dir: Path) -> li
     library_path, nvml_needs = nvml(spec_dir)
     env = {"NVIDIA_VISIBLE_DEVICES": "all", **({"LD_LIBRARY_PATH": library_path} if library_path else {})}
     pod_files = {"bin/sh": dash, "script.sh": work / "script.sh", "pause": bin_dir / "pause",
-                 "etc/ld.so.conf": ld_conf, **libraries(dash), **nvml_needs}  # fmt: skip
+                 "etc/ld.so.conf": ld_conf, "hold": hold, **libraries(dash, hold), **nvml_needs}  # fmt: skip
     if smi:
         pod_files |= {"usr/bin/nvidia-smi": Path(smi), **libraries(Path(smi))}
     pod = Image("hidden-gpu.test/nvidia-smi:1", ("/bin/sh", "/script.sh"), env)
@@ -301,10 +326,11 @@ class Run:
     def eventually(self, check: Callable[[], Any], what: str, seconds: float = WAIT_S) -> Any:
         return poll(check, seconds, what, interval=0.3)
 
-    def pod(self, name: str, *, gpus: int | None = None, env: dict[str, str] | None = None, hold: bool = False,
+    def pod(self, name: str, *, gpus: int | None = None, env: dict[str, str] | None = None, then: str = "exit",
             bound: bool = False) -> dict[str, Any]:  # fmt: skip
+        """A pod of the pod image; `then` is what it does after nvidia-smi: exit, hold (pause), cuda (hold the GPU)."""
         container: dict[str, Any] = {
-            "name": "smi", "image": self.pod_image, "imagePullPolicy": "Never", "args": ["hold" if hold else "exit"],
+            "name": "smi", "image": self.pod_image, "imagePullPolicy": "Never", "args": [then],
             "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         }  # fmt: skip
         if gpus is not None:
@@ -474,7 +500,7 @@ def setting_run(run: Run, carry: Path, name: str, plugin_image: str, plugin_name
     }
     cases: dict[str, Any] = {}
     if out["plugin_registered_s"] is not None:
-        cases["allocated"] = run.case(run.pod("one-gpu", gpus=1, hold=True))
+        cases["allocated"] = run.case(run.pod("one-gpu", gpus=1, then="hold"))
         cases["second"] = run.case(run.pod("one-too-many", gpus=1, bound=True), expect_refusal=True)
         run.delete_pods()
     cases["zero"] = run.case(run.pod("zero-gpus", gpus=0))
@@ -529,6 +555,63 @@ def dra_run(run: Run, carry: Path) -> dict[str, Any]:
     run.delete_pods()
     node.stop_dra_plugin()
     return out
+
+
+def audit_run(run: Run, carry: Path, site: Path | None, rehearse: bool) -> dict[str, Any]:
+    """host.audit as an operator runs it on this host: NVML (a host record when rehearsed), the real kubelet's
+    PodResources socket, the pods' cgroups and log directories. Two pods hold the GPU with a CUDA context under the
+    toolkit's defaults and no guard: one the plugin allocated it to, one that asked for zero GPUs and reached it through
+    the image's NVIDIA_VISIBLE_DEVICES=all. Against the stack that exposes the GPU the audit should name the second
+    (a GPU the kubelet did not allocate to it); against the stack that hides it, both (a hidden GPU)."""
+    pods = {case: run.pod(name, gpus=gpus, then="cuda") for case, (name, gpus) in PODS.items()}
+    for pod in pods.values():
+        run.plane.create(pod)
+    out: dict[str, Any] = {}
+    for case, pod in pods.items():
+        name = pod["metadata"]["name"]
+
+        def holding(name: str = name) -> list[str] | None:
+            return [line for line in run.node.logs(TENANT, name) if line.startswith("hold")] or None
+
+        lines = run.eventually(holding, f"pod {name} holding the GPU")
+        current = run.plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/{name}")
+        out[case] = {"hold": lines, "pid": pod_pid(current["metadata"]["uid"], b"/hold"),
+                     "allocated": run.checkpoint_entry(current).get("DeviceIDs", [])}  # fmt: skip
+    if not rehearse:
+        query = sh("nvidia-smi", "--query-compute-apps=pid,gpu_uuid,process_name", "--format=csv,noheader")
+        out["nvidia-smi compute apps"] = query.stdout.splitlines() or query.stderr[-500:]
+    data = json.loads((carry / RENDER_FILE).read_text())
+    tmp = Path(tempfile.mkdtemp(prefix="hidden-gpu-audit-"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in (site, ROOT) if p)}
+    for stack_name, variant in (("exposed", "envvar"), ("hidden", "dra-hidden")):
+        stack_file = tmp / f"Pulumi.{stack_name}.yaml"
+        config = json.loads(json.dumps(data["stacks"][variant]).replace(PLACEHOLDER, run.uuid))
+        stack_file.write_text(yaml.safe_dump({"config": config}, sort_keys=False))
+        command = [sys.executable, "-m", "host.audit", "--stack-file", str(stack_file), "--node", NODE, "--json",
+                   *run.node.audit_sources(tmp)]  # fmt: skip
+        if rehearse:  # no NVML here: the host record says the GPU runs both holders
+            record = tmp / "record.json"
+            pids = [{"pid": out[case]["pid"]} for case in pods]
+            record.write_text(json.dumps([{"uuid": run.uuid, "processes": pids}]))
+            command += ["--record", str(record)]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+        try:
+            report: Any = json.loads(done.stdout)
+        except ValueError:
+            report = done.stdout[-2000:]
+        out[f"audit {stack_name}"] = {"stack": variant, "rc": done.returncode, "report": report,
+                                      "stderr": done.stderr[-2000:]}  # fmt: skip
+    shutil.rmtree(tmp, ignore_errors=True)
+    run.delete_pods()
+    return out
+
+
+def install_wheels(carry: Path, work: Path) -> Path:
+    """The host tools' packages the device lacks, installed from the carried wheels into a directory of their own."""
+    site = work / "site"
+    sh(sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", site,
+       *sorted((carry / WHEELS).glob("*.whl")), check=True, timeout=120)  # fmt: skip
+    return site
 
 
 def collect_logs(out: Path, node: Node | None, plane: ControlPlane | None, extra: dict[str, str]) -> None:
@@ -602,6 +685,7 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
             bin_dir = work / "bin"
             packed = unpack(carry, bin_dir, rehearse)
             timings["unpack"] = round(time.monotonic() - began, 2)
+            site = None if rehearse else install_wheels(carry, work)  # rehearsed here, the venv has them
             result["versions"] = {
                 **packed["versions"],
                 "binaries": {n: sh(bin_dir / n, "--version").stdout.strip().splitlines()[:1] for n in
@@ -621,7 +705,7 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
                 extra["nvidia.yaml"] = spec
                 result["cdi_spec"] = {"devices": re.findall(r"^- name: \"?([^\"\n]+)\"?$", spec, re.M) or
                                       re.findall(r"^\s+- name: \"?([^\"\n]+)\"?$", spec, re.M)}  # fmt: skip
-            node_images = make_images(bin_dir, work / "images", rehearse, spec_dir)
+            node_images = make_images(bin_dir, work / "images", rehearse, spec_dir, carry / HOLD)
             pod_image, plugin_image = node_images[1][0].name, node_images[2][0].name
             result["images"] = {i.name: {"env": i.env, "files": sorted(f)} for i, f in node_images}
             with ControlPlane.start(bin_dir, controllers=("node-lifecycle-controller",),
@@ -657,6 +741,10 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
                             started = time.monotonic()
                             result["settings"][name] = setting_run(this, carry, name, plugin_image, names)
                             timings[f"setting_{name}"] = round(time.monotonic() - started, 2)
+                            if name == "defaults":  # the plugin serves the GPU and the zero route is open
+                                started = time.monotonic()
+                                result["audit"] = audit_run(this, carry, site, rehearse)
+                                timings["audit"] = round(time.monotonic() - started, 2)
                         started = time.monotonic()
                         result["dra"] = dra_run(this, carry)
                         timings["dra"] = round(time.monotonic() - started, 2)
@@ -697,9 +785,27 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         },
         "while exposed": {k: (dra.get("while_exposed") or {}).get(k) for k in ("allocated", "phase", "seen")},
     }
+    audit = result.get("audit") or {}
+    table["audit"] = {
+        "holders": {case: {k: (audit.get(case) or {}).get(k) for k in ("hold", "allocated")} for case in PODS},
+        **{name: findings(audit.get(f"audit {name}") or {}) for name in ("exposed", "hidden")},
+    }
     if "error" in result:
         table["error"] = result["error"][:500]
     return table
+
+
+def findings(audit: dict[str, Any]) -> dict[str, Any]:
+    """An audit's status and its violations, a line each: the pod or process and what it does."""
+    report = audit.get("report")
+    if not isinstance(report, dict):
+        return {"rc": audit.get("rc"), "output": report, "stderr": audit.get("stderr")}
+    return {
+        "rc": audit.get("rc"),
+        "violations": [
+            f"{v.get('pod') or v.get('pid') or v.get('uuid')}: {v['message']}" for v in report["violations"]
+        ],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

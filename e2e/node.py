@@ -350,6 +350,21 @@ class Node:
     def kubelet_root(self) -> Path:
         return self.root / "kubelet/root"
 
+    def audit_sources(self, tmp: Path) -> list[str]:
+        """host.audit's flags for this node: the kubelet's PodResources socket and a log root laid out as /var/log
+        (the kubelet's podLogsDir where /var/log/pods would be; the container links it keeps at a fixed path)."""
+        logs = tmp / "log"
+        if not logs.exists():
+            logs.mkdir()
+            (logs / "pods").symlink_to(self.root / "pod-logs")
+            (logs / "containers").symlink_to("/var/log/containers")
+        return [
+            "--log-root",
+            str(logs),
+            "--pod-resources-socket",
+            str(self.kubelet_root / "pod-resources/kubelet.sock"),
+        ]
+
     def start_dra_plugin(self, kubeconfig: Path, driver: str, gpus: list[str]) -> None:
         """The stand-in for NVIDIA's DRA kubelet plugin (e2e/go/dra) as a host process, where NVIDIA's runs as a pod
         with the same directories mounted: it registers through the kubelet's plugins_registry and publishes `gpus`
@@ -477,6 +492,19 @@ class Node:
             self._ctr("tasks", "delete", "--force", line.split()[0])
         for container in self._ctr("containers", "ls", "--quiet").split():
             self._ctr("containers", "delete", container)
+
+
+def pod_pid(pod_uid: str, program: bytes) -> int:
+    """The host PID of `program` in this pod, found through its cgroup as host.audit finds pods."""
+    wanted = pod_uid.replace("-", "_")
+    for proc in Path("/proc").iterdir():
+        try:
+            ours = proc.name.isdigit() and program in (proc / "cmdline").read_bytes()
+            if ours and wanted in (proc / "cgroup").read_text().replace("-", "_"):
+                return int(proc.name)
+        except OSError:
+            continue
+    raise RuntimeError(f"no process {program.decode()} in pod {pod_uid}")
 
 
 def grant_dra_driver(plane: ControlPlane, group: str = DRA_DRIVER_GROUP) -> None:

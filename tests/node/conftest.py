@@ -22,7 +22,7 @@ import pytest
 from common.names import device_plugin_name
 from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN, PROBE
-from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node
+from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node, pod_pid
 from host import audit
 from offline.render import render
 from tests.real.conftest import eventually as real_eventually
@@ -234,30 +234,14 @@ def run_audit(node: Node, tmp: Path, stack_file: Path, gpus: list[str], pids: di
     cgroups. NVML is the stand-in: a host record of `gpus` (minor number = place), `pids[uuid]` a process on it."""
     record = tmp / "record.json"
     record.write_text(json.dumps([{"uuid": u, "processes": [{"pid": pids[u]}] if u in pids else []} for u in gpus]))
-    logs = tmp / "log"
-    if not logs.exists():
-        logs.mkdir()
-        # The kubelet's podLogsDir, where /var/log/pods would be; the container links it keeps at a fixed path.
-        (logs / "pods").symlink_to(node.root / "pod-logs")
-        (logs / "containers").symlink_to("/var/log/containers")
-    socket = node.kubelet_root / "pod-resources/kubelet.sock"
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = audit.main(
-            ["--stack-file", str(stack_file), "--node", NODE, "--record", str(record), "--log-root", str(logs),
-             "--pod-resources-socket", str(socket)]
-        )  # fmt: skip
+            ["--stack-file", str(stack_file), "--node", NODE, "--record", str(record), *node.audit_sources(tmp)]
+        )
     return status, out.getvalue()
 
 
 def probe_pid(pod_uid: str) -> int:
-    """The host PID of the sleeping probe in this pod, found through its cgroup as host.audit finds pods."""
-    wanted = pod_uid.replace("-", "_")
-    for proc in Path("/proc").iterdir():
-        try:
-            ours = proc.name.isdigit() and b"probe" in (proc / "cmdline").read_bytes()
-            if ours and wanted in (proc / "cgroup").read_text().replace("-", "_"):
-                return int(proc.name)
-        except OSError:
-            continue
-    raise AssertionError(f"no probe process of pod {pod_uid}")
+    """The host PID of the sleeping probe in this pod."""
+    return pod_pid(pod_uid, b"probe")
