@@ -1,0 +1,46 @@
+"""The GPU host run's record (docs/measurements/h200-real-node.json) holds what docs/testing.md's tables say of it,
+read through the run's own summary: CI cannot make that run (no GPU), but it can keep the record, the summary and
+the docs in step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from e2e import gpu_node_run
+
+RECORD = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "h200-real-node.json"
+
+
+def test_the_record_shows_the_routes_as_the_docs_table_does() -> None:
+    result = json.loads(RECORD.read_text())
+    assert "error" not in result and not result["rehearsal"]
+    uuid = result["host"]["gpus"][0]["uuid"]
+    table = gpu_node_run.summary(result)
+    defaults, hardened = table["defaults"], table["hardened"]
+    for setting in (defaults, hardened):
+        assert setting["plugin RegisteredDevices"] == {gpu_node_run.GPU: [uuid]}
+        assert setting["allocated"]["allocated"] == setting["allocated"]["seen"] == [uuid]
+        assert setting["second"]["reason"] == "UnexpectedAdmissionError"
+        assert setting["void"]["seen"] == []
+    for route in ("zero", "env-uuid", "unserved"):  # open under the defaults, closed hardened
+        assert (defaults[route]["seen"], hardened[route]["seen"]) == ([uuid], []), route
+    assert table["dra"]["while hidden"]["allocated"] == [] and table["dra"]["while exposed"]["allocated"] == [uuid]
+
+
+def test_the_record_shows_the_audit_naming_the_pods_as_the_docs_table_does() -> None:
+    audit = gpu_node_run.summary(json.loads(RECORD.read_text()))["audit"]
+    assert all(holder["hold"] == ["holding"] for holder in audit["holders"].values())
+    assert audit["exposed"] == {
+        "rc": 1,
+        "violations": [
+            "cuda-zero: a pod uses a GPU the kubelet did not allocate to it; the kubelet allocated it to pod "
+            "ml-team/cuda-holder container smi"
+        ],
+    }
+    assert audit["hidden"]["rc"] == 1
+    assert sorted(line.split(": ", 1)[1] for line in audit["hidden"]["violations"]) == [
+        "a pod uses a hidden GPU",
+        "a pod uses a hidden GPU",
+        "the kubelet can allocate a hidden GPU",
+    ]
