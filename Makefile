@@ -33,11 +33,11 @@ render: $(VENV)/.runtime
 	$(PY) -m offline.render --stack $(STACK) --out $(OUT)
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 # The slow tests and every property test at its full example count (tests/support/examples.py).
 test-all: $(VENV)/.installed
-	HIDDEN_GPU_PROPERTIES=thorough $(PY) -m pytest -q -m 'not real'
+	HIDDEN_GPU_PROPERTIES=thorough $(PY) -m pytest -q -n auto -m 'not real'
 
 # The real tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the Pulumi CLI and its
 # Kubernetes provider, built from the Go modules pinned in e2e/go/ (cached by version), then tests/real

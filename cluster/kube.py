@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError
 
-from common.cli import UnavailableError, UsageError, bounded, captured_log, positive_seconds, stack_name_of
+from common.cli import (
+    SHOWN_PATH_CHARS,
+    UnavailableError,
+    UsageError,
+    bounded,
+    captured_log,
+    positive_seconds,
+    stack_name_of,
+)
 
 if TYPE_CHECKING:
     from kubernetes import client
@@ -90,7 +98,7 @@ def stack_kubeconfig(stack_config: Mapping[str, Any]) -> str | None:
     if environment:
         print(
             f"note: {where} is a Pulumi secret this tool cannot decrypt: using KUBECONFIG "
-            f"({bounded(environment)}) for the stack's cluster",
+            f"({bounded(environment, SHOWN_PATH_CHARS)}) for the stack's cluster",
             file=sys.stderr,
         )
         return environment  # read now: the client reads the variable once, when it is imported

@@ -34,6 +34,8 @@ STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 STACK_FILE_GLOB = "Pulumi.*.yaml"
 # Error messages quote at most this much of a bad value.
 SHOWN_VALUE_CHARS = 80
+# A path a tool took and says so (a KUBECONFIG): whole in practice, still one bounded line.
+SHOWN_PATH_CHARS = 400
 # How a tool ends when the reader of its output goes away (`| head`): as if killed by SIGPIPE, as `cat` does.
 EXIT_CLOSED_PIPE = 128 + 13
 
