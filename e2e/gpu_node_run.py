@@ -90,6 +90,7 @@ ELSEWHERE = "GPU-11111111-1111-4111-8111-111111111111"
 KUBERNETES_PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 UUID = re.compile(r"\(UUID: ((?:GPU|MIG)-[0-9a-f-]+)\)")
 REQUEST_DIR = "/var/run/nvidia-container-devices"
+REGISTRATION = "Got registration request from device plugin"
 WAIT_S = 90.0
 DEADLINE_S = 540  # the device's `run` stops a command at 600 s: end first, with what was measured
 # host.audit's phase: a pod the plugin gave the GPU, and one that asked for none and reached it all the same.
@@ -606,6 +607,35 @@ def audit_run(run: Run, carry: Path, site: Path | None, rehearse: bool) -> dict[
     return out
 
 
+def restart_run(run: Run, strategy: str) -> dict[str, Any]:
+    """NVIDIA's plugin across a kubelet restart (an upgrade, a reinstall): the kubelet comes back with an empty
+    registry and kubelet.sock made anew, and the plugin must see that and register again on its own, its pod left
+    running. Then a pod gets the GPU as before."""
+    before = run.plugin_pod(strategy)
+    logged = len(run.node.log("kubelet"))
+    started = time.monotonic()
+    run.node.restart_kubelet()
+    out: dict[str, Any] = {}
+
+    def registered() -> bool:
+        # The new kubelet's own line for a plugin's Register call (pkg/kubelet/cm/devicemanager/plugin/v1beta1/
+        # server.go:161 of v1.36.3): the node's status and the checkpoint still show the old registration until then.
+        again = REGISTRATION in run.node.log("kubelet")[logged:]
+        return again and run.node.checkpoint().get("RegisteredDevices", {}).get(GPU) == [run.uuid]
+
+    run.eventually(registered, "NVIDIA's plugin registered again after the kubelet restart", 60)
+    out["registered_s"] = round(time.monotonic() - started, 2)
+    after = run.plugin_pod(strategy)
+    out["plugin_pod"] = {
+        "same": after.get("metadata", {}).get("uid") == before["metadata"]["uid"],
+        "restartCount": [s.get("restartCount") for s in after.get("status", {}).get("containerStatuses", [])],
+        "log": run.node.logs(PLUGIN_NAMESPACE, before["metadata"]["name"])[-12:],
+    }
+    out["allocated"] = run.case(run.pod("after-restart", gpus=1))
+    run.delete_pods()
+    return out
+
+
 def install_wheels(carry: Path, work: Path) -> Path:
     """The host tools' packages the device lacks, installed from the carried wheels into a directory of their own."""
     site = work / "site"
@@ -746,6 +776,9 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
                                 result["audit"] = audit_run(this, carry, site, rehearse)
                                 timings["audit"] = round(time.monotonic() - started, 2)
                         started = time.monotonic()
+                        result["kubelet_restart"] = restart_run(this, SETTINGS["hardened"][1])
+                        timings["kubelet_restart"] = round(time.monotonic() - started, 2)
+                        started = time.monotonic()
                         result["dra"] = dra_run(this, carry)
                         timings["dra"] = round(time.monotonic() - started, 2)
                     finally:
@@ -784,6 +817,12 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
             "unschedulable": [c.get("message") for c in (dra.get("while_hidden") or {}).get("still", [])],
         },
         "while exposed": {k: (dra.get("while_exposed") or {}).get(k) for k in ("allocated", "phase", "seen")},
+    }
+    restart = result.get("kubelet_restart") or {}
+    table["kubelet restart"] = {
+        "registered_s": restart.get("registered_s"),
+        "plugin pod": {k: (restart.get("plugin_pod") or {}).get(k) for k in ("same", "restartCount")},
+        "then allocated": {k: (restart.get("allocated") or {}).get(k) for k in ("phase", "seen", "allocated")},
     }
     audit = result.get("audit") or {}
     table["audit"] = {
