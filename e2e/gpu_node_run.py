@@ -610,12 +610,17 @@ def audit_run(run: Run, carry: Path, site: Path | None, rehearse: bool) -> dict[
 def restart_run(run: Run, strategy: str) -> dict[str, Any]:
     """NVIDIA's plugin across a kubelet restart (an upgrade, a reinstall): the kubelet comes back with an empty
     registry and kubelet.sock made anew, and the plugin must see that and register again on its own, its pod left
-    running. Then a pod gets the GPU as before."""
+    running. Then two one-GPU pods: one at once, one once the first has its answer. The first can be refused: the
+    checkpoint may still hold a deleted pod's GPU, and the device manager drops such entries only once all pod sources
+    are ready (UpdateAllocatedDevices, pkg/kubelet/cm/devicemanager/manager.go:557-564 of v1.36.3)."""
     before = run.plugin_pod(strategy)
+    live = {p["metadata"]["uid"] for p in run.plane.request("GET", "/api/v1/pods")["items"]}
+    entries = run.node.checkpoint().get("PodDeviceEntries") or []
+    out: dict[str, Any] = {"checkpoint_before": [{"pod": e["PodUID"], "resource": e["ResourceName"],
+                                                  "pod_exists": e["PodUID"] in live} for e in entries]}  # fmt: skip
     logged = len(run.node.log("kubelet"))
     started = time.monotonic()
     run.node.restart_kubelet()
-    out: dict[str, Any] = {}
 
     def registered() -> bool:
         # The new kubelet's own line for a plugin's Register call (pkg/kubelet/cm/devicemanager/plugin/v1beta1/
@@ -631,7 +636,10 @@ def restart_run(run: Run, strategy: str) -> dict[str, Any]:
         "restartCount": [s.get("restartCount") for s in after.get("status", {}).get("containerStatuses", [])],
         "log": run.node.logs(PLUGIN_NAMESPACE, before["metadata"]["name"])[-12:],
     }
-    out["allocated"] = run.case(run.pod("after-restart", gpus=1))
+    out["at_once"] = run.case(run.pod("after-restart", gpus=1), expect_refusal=True)
+    run.delete_pods()
+    out["then"] = run.case(run.pod("after-restart-then", gpus=1))
+    out["then"]["after_restart_s"] = round(time.monotonic() - started, 2)
     run.delete_pods()
     return out
 
@@ -822,7 +830,11 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     table["kubelet restart"] = {
         "registered_s": restart.get("registered_s"),
         "plugin pod": {k: (restart.get("plugin_pod") or {}).get(k) for k in ("same", "restartCount")},
-        "then allocated": {k: (restart.get("allocated") or {}).get(k) for k in ("phase", "seen", "allocated")},
+        "stale checkpoint entries": [e for e in restart.get("checkpoint_before", []) if not e["pod_exists"]],
+        **{
+            f"pod {when}": {k: (restart.get(when) or {}).get(k) for k in ("phase", "reason", "seen", "allocated")}
+            for when in ("at_once", "then")
+        },
     }
     audit = result.get("audit") or {}
     table["audit"] = {
