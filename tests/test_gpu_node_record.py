@@ -44,3 +44,13 @@ def test_the_record_shows_the_audit_naming_the_pods_as_the_docs_table_does() -> 
         "a pod uses a hidden GPU",
         "the kubelet can allocate a hidden GPU",
     ]
+
+
+def test_the_record_shows_the_plugin_back_in_place_after_a_kubelet_restart_as_the_docs_say() -> None:
+    result = json.loads(RECORD.read_text())
+    uuid = result["host"]["gpus"][0]["uuid"]
+    restart = gpu_node_run.summary(result)["kubelet restart"]
+    assert restart["plugin pod"] == {"same": True, "restartCount": [0]}
+    # The refused first pod goes with a deleted pod's GPU still in the checkpoint (docs/operations.md).
+    assert restart["pod at_once"]["reason"] == "UnexpectedAdmissionError" and restart["stale checkpoint entries"]
+    assert restart["pod then"]["allocated"] == restart["pod then"]["seen"] == [uuid]
