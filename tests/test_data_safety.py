@@ -305,7 +305,7 @@ def test_namespaces_the_cluster_owns_are_never_created(
     assert DEFAULT_PLUGIN_NAMESPACE not in (namespace,)
 
 
-# --- 7. Crashes are not findings: the reliability cases, each one line, not 1, within a second ---
+# --- 7. Crashes are not findings: the reliability cases, each one line, not 1, at once (an expansion takes minutes) ---
 
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
@@ -352,7 +352,8 @@ def test_reliability_cases_end_in_one_line(case: str, tmp_path: Path, capsys: py
     if case == "yaml-date":  # another namespace's date is that namespace's business: the stack renders
         assert status == 0 and err == ""
         return
-    assert seconds < 1.0  # refused before the program runs, whatever the input costs
+    # Refused before the program runs, whatever the input costs; 5 s leaves room for a loaded runner.
+    assert seconds < 5.0
     assert status == EXIT_USAGE and err.count("\n") == 1 and reason in err, err
     assert "Traceback" not in err and not (tmp_path / "o").exists()
 
