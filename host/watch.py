@@ -84,6 +84,7 @@ class Watcher:
         self.processes = Gauge(
             "hidden_gpu_audit_gpu_processes", "Processes on each GPU", ["uuid", "role"], registry=self.registry
         )
+        self.series: set[tuple[str, str]] = set()  # the processes gauge's label sets, as the last scan set them
         self.scan_ok = Gauge("hidden_gpu_audit_scan_ok", "1 if the last scan could see, else 0", registry=self.registry)
         self.last_success = Gauge(
             "hidden_gpu_audit_last_success_timestamp_seconds", "When a scan last succeeded", registry=self.registry
@@ -96,9 +97,15 @@ class Watcher:
         else:
             self.violations.set(len(report.violations))
             self.warnings.set(len(report.warnings))
-            self.processes.clear()
-            for gpu in report.gpus:
-                self.processes.labels(gpu["uuid"], "exposed" if gpu["exposed"] else "hidden").set(len(gpu["processes"]))
+            series = {
+                (gpu["uuid"], "exposed" if gpu["exposed"] else "hidden"): len(gpu["processes"]) for gpu in report.gpus
+            }
+            # Set first, then drop only the series of GPUs gone: a scrape between never misses a GPU still there.
+            for labels, count in series.items():
+                self.processes.labels(*labels).set(count)
+            for labels in self.series - series.keys():
+                self.processes.remove(*labels)
+            self.series = set(series)
             self.scan_ok.set(0 if report.failed_sources else 1)
             if not report.failed_sources:
                 self.last_success.set(time.time())

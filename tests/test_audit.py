@@ -28,6 +28,7 @@ POD_ = POD.replace("-", "_")
 CID = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
 EXPOSED = "GPU-aaaaaaaa-1111-4222-8333-444455556666"
 HIDDEN = "GPU-bbbbbbbb-1111-4222-8333-444455556666"
+THIRD = "GPU-cccccccc-1111-4222-8333-444455556666"
 
 CGROUP_LAYOUTS = {
     "v1-cgroupfs-containerd": (
@@ -309,6 +310,39 @@ def wait_for(predicate: Callable[[], bool]) -> None:
         time.sleep(0.02)
 
 
+def test_a_gpus_process_series_stays_while_it_is_there_and_goes_with_it() -> None:
+    """The gauge per GPU is set anew each scan, never cleared first (a scrape then would miss GPUs still there);
+    a GPU the scan no longer lists, or listed under another role, loses its old series."""
+    watcher = Watcher(lambda: Report("gpu-node-01"), 1.0, None, None)
+
+    def gpu(uuid: str, exposed: bool, processes: int) -> dict[str, object]:
+        return {"uuid": uuid, "exposed": exposed, "processes": [{}] * processes}
+
+    def value(uuid: str, role: str) -> float | None:
+        labels = {"uuid": uuid, "role": role}
+        return watcher.registry.get_sample_value("hidden_gpu_audit_gpu_processes", labels)
+
+    watcher.record(Report("gpu-node-01", gpus=[gpu(EXPOSED, True, 2), gpu(HIDDEN, False, 0)]), None)
+    assert (value(EXPOSED, "exposed"), value(HIDDEN, "hidden")) == (2.0, 0.0)
+    # What a scrape would read after each change the next scan makes to the gauge.
+    gauge, read = watcher.processes, []
+
+    class Scraped:
+        def __getattr__(self, name: str) -> Callable[..., object]:
+            def call(*args: str) -> object:
+                done = getattr(gauge, name)(*args)
+                read.append(value(HIDDEN, "hidden"))
+                return done
+
+            return call
+
+    watcher.processes = Scraped()  # type: ignore[assignment]
+    watcher.record(Report("gpu-node-01", gpus=[gpu(HIDDEN, False, 1), gpu(THIRD, False, 0)]), None)
+    assert read and None not in read, read  # the hidden GPU, there in both scans, was never missing
+    watcher.processes = gauge
+    assert (value(HIDDEN, "hidden"), value(THIRD, "hidden"), value(EXPOSED, "exposed")) == (1.0, 0.0, None)
+
+
 def test_watch_publishes_the_violation_gauge_as_it_moves(tmp_path: Path, unused_port: int) -> None:
     proc_tree(tmp_path, {100: CGROUP_LAYOUTS["v2-systemd-containerd"]})
     hidden = FakeGpu(HIDDEN)
@@ -333,7 +367,8 @@ def test_watch_publishes_the_violation_gauge_as_it_moves(tmp_path: Path, unused_
         assert scrape(unused_port)["hidden_gpu_audit_violations"] == 0.0
         hidden.compute = [(100, 1)]  # a pod's process appears on the hidden GPU
         wait_for(lambda: scrape(unused_port)["hidden_gpu_audit_violations"] == 1.0)
-        assert scrape(unused_port)[f'hidden_gpu_audit_gpu_processes{{role="hidden",uuid="{HIDDEN}"}}'] == 1.0
+        key = f'hidden_gpu_audit_gpu_processes{{role="hidden",uuid="{HIDDEN}"}}'
+        wait_for(lambda: scrape(unused_port).get(key) == 1.0)  # set by the scan that counted the violation
         hidden.compute = []
         wait_for(lambda: scrape(unused_port)["hidden_gpu_audit_violations"] == 0.0)
         assert scrape(unused_port)["hidden_gpu_audit_last_success_timestamp_seconds"] > 0
