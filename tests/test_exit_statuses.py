@@ -169,5 +169,6 @@ def test_a_server_that_drips_its_answer_is_cut_at_the_deadline(
             ["--stack", "prod", "--kubeconfig", str(kubeconfig), "--context", "admin@test", "--deadline", "2"]
         )
         took = time.monotonic() - started
-    assert status == EXIT_UNAVAILABLE and took < 4, took
+    # Cut at the deadline (the drip would take hours); 15 s leaves room for a cold client import on a loaded runner.
+    assert status == EXIT_UNAVAILABLE and took < 15, took
     assert "did not finish answering GET /api/v1/nodes before the deadline" in capsys.readouterr().err
