@@ -127,12 +127,19 @@ def test_without_the_kubelet_flag_the_node_comes_back_unhidden_and_without_our_p
     first = register_again(node_plane, node, None)
     labels = first["metadata"].get("labels", {})
     assert DEVICE_PLUGIN_LABEL not in labels and NODE_LABEL not in labels, labels
-    time.sleep(10)  # the kubelet's admission and the scheduler have had their turn
-    assert node.allocatable() == 0
-    refused = [line for line in node.log("kubelet")[log_from:].splitlines() if "Predicate NodeAffinity failed" in line]
-    assert any(running in line for line in refused), refused
-    successors = [p for p in plugin_pods(node_plane) if p["metadata"]["name"] != running]
-    assert successors and all(unschedulable(p) for p in successors), successors
+
+    def refused() -> bool:
+        log = node.log("kubelet")[log_from:].splitlines()
+        return any(running in line for line in log if "Predicate NodeAffinity failed" in line)
+
+    def successors_pending() -> list[dict[str, Any]]:
+        successors = [p for p in plugin_pods(node_plane) if p["metadata"]["name"] != running]
+        return successors if successors and all(unschedulable(p) for p in successors) else []
+
+    # Waited for, not slept on: the kubelet's admission, the DaemonSet controller and the scheduler each take a turn.
+    eventually(refused, f"the kubelet refusing {running} (Predicate NodeAffinity failed)")
+    eventually(successors_pending, "the plugin's successor pod Unschedulable")
+    eventually(lambda: node.allocatable() == 0, "the node advertising no GPU")
     # The repair: what `up` after a refresh applies again (the node's label patch among the render's objects).
     apply_render(node_plane, rendered_objects(tmp_path_factory.mktemp("repair"), STRATEGY, guard=False))
     assert node.node()["metadata"]["labels"][DEVICE_PLUGIN_LABEL] == "false"

@@ -30,6 +30,8 @@ def fleet(plane: ControlPlane) -> list[str]:
     return names
 
 
+# Adding the fleet, up, preview and destroy of 100 nodes: 150-200 s on a loaded 2-core runner, near the tier's 300.
+@pytest.mark.timeout(900)
 def test_a_hundred_nodes(plane: ControlPlane, fleet: list[str], tmp_path: Path) -> None:
     config: dict[str, Any] = synthetic_stack(NODES) | {
         "kubernetes:kubeconfig": str(plane.kubeconfig("admin")),
