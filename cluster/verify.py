@@ -23,124 +23,32 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from cluster.admission_checks import check_guard_policy, check_node_switches, check_void_policy, same
 from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
+from cluster.live import Check, Live
 from cluster.metrics import usable, write_textfile
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
 from common.names import (
-    DRA_API_PATH,
     FIELD_MANAGER,
     GPU_RESOURCE,
     INSTANCE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
-    OPERATOR_PLUGIN_SELECTOR,
-    PART_OF,
-    PART_OF_LABEL,
-    PLUGIN_NAME,
-    PLUGIN_NAME_LABEL,
     QUOTA_NAME,
-    STACK_LABEL,
     VISIBLE_DEVICES_ENV,
-    VOID_POLICY_NAME,
 )
 from components.guard_rules import (
-    NOT_EXEMPT,
-    VALIDATION_ACTIONS,
     GuardSettings,
-    PolicySpec,
-    exemption,
-    namespace_selector,
     policy_specs,
-    void_mutation,
-    void_variables,
 )
 from components.node_labels import gpu_device_classes, node_labels, quota_hard, runtime_class_of
 from components.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
-
-OURS = f"{PART_OF_LABEL}={PART_OF}"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-
-
-@dataclass(frozen=True)
-class Check:
-    scope: str
-    what: str
-    expected: str
-    actual: str
-
-    @property
-    def ok(self) -> bool:
-        return self.expected == self.actual
-
-
-@dataclass(frozen=True)
-class Live:
-    """The cluster as one LIST per kind returned it."""
-
-    nodes: dict[str, dict[str, Any]]
-    pinned: list[dict[str, Any]]
-    operator_plugins: list[dict[str, Any]]
-    runtime_classes: dict[str, dict[str, Any]]
-    policies: dict[str, dict[str, Any]]
-    bindings: dict[str, dict[str, Any]]
-    quotas: dict[tuple[str, str], dict[str, Any]]
-    # Read only for a stack that declares them: older API servers do not serve the kind.
-    mutating_policies: dict[str, dict[str, Any]]
-    mutating_bindings: dict[str, dict[str, Any]]
-    # Every stack's record in this cluster, whatever its namespace.
-    records: list[Claim]
-    # Every DeviceClass and ResourceSlice (resource.k8s.io/v1, GA since Kubernetes 1.34): cluster/dra.py.
-    device_classes: dict[str, dict[str, Any]]
-    resource_slices: list[dict[str, Any]]
-    # The DaemonSets taken over from a hand-made setup (nodes[].adoptDevicePlugin), by (namespace, name).
-    adopted: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
-
-    @classmethod
-    def read(
-        cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False, adopted: Iterable[tuple[str, str]] = ()
-    ) -> Live:
-        def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-            return {i["metadata"].get("name", ""): i for i in items}
-
-        taken_over = sorted(set(adopted))
-        # An adopted plugin's pods stay in its own namespace, labelled as ours are.
-        namespaces = sorted({plugin_namespace, *(namespace for namespace, _ in taken_over)})
-        return cls(
-            nodes=by_name(reader.list("/api/v1/nodes")),
-            pinned=[
-                pod
-                for namespace in namespaces
-                for pod in reader.list(
-                    f"/api/v1/namespaces/{namespace}/pods", f"{OURS},{PLUGIN_NAME_LABEL}={PLUGIN_NAME}"
-                )
-            ],
-            operator_plugins=reader.list("/api/v1/pods", OPERATOR_PLUGIN_SELECTOR),
-            # Every class, not only ours: the guard judges a class as NVIDIA's unless the stack lists it as plain.
-            runtime_classes=by_name(reader.list("/apis/node.k8s.io/v1/runtimeclasses")),
-            policies=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicies", OURS)),
-            bindings=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicybindings", OURS)),
-            quotas={
-                (q["metadata"].get("namespace", ""), q["metadata"].get("name", "")): q
-                for q in reader.list("/api/v1/resourcequotas", OURS)
-            },
-            mutating_policies=by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicies", OURS)) if mutating else {},
-            mutating_bindings=(
-                by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicybindings", OURS)) if mutating else {}
-            ),
-            records=[Claim.of(c) for c in reader.list("/api/v1/configmaps", STACK_LABEL)],
-            device_classes=by_name(reader.list(f"{DRA_API_PATH}/deviceclasses")),
-            resource_slices=reader.list(f"{DRA_API_PATH}/resourceslices"),
-            adopted={
-                (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
-                for namespace, name in taken_over
-            },
-        )
 
 
 def _owned(fields: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -189,6 +97,12 @@ def _on(pods: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
     return [p for p in pods if (p.get("spec") or {}).get("nodeName") == node]
 
 
+def _owner(pod: dict[str, Any]) -> str:
+    """The pod's controller (the operator's DaemonSet), or the pod itself where none is named."""
+    refs = [r for r in pod["metadata"].get("ownerReferences") or [] if r.get("controller")]
+    return f"{refs[0].get('kind')} {refs[0].get('name')}" if refs else f"Pod {pod['metadata'].get('name')}"
+
+
 def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     found = live.nodes.get(node.name)
     if found is None:
@@ -203,7 +117,11 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     labels = (found.get("metadata") or {}).get("labels") or {}
     for label, value in node_labels(node).items():
         yield Check(node.name, f"label {label}", value, labels.get(label, "<unset>"))
-    yield Check(node.name, "GPU Operator device-plugin pods", "0", str(len(_on(live.operator_plugins, node.name))))
+    theirs = _on(live.operator_plugins, node.name)
+    owners = sorted({f"{p['metadata'].get('namespace')}/{_owner(p)}" for p in theirs})
+    yield Check(
+        node.name, "GPU Operator device-plugin pods", "0", f"{len(theirs)} ({', '.join(owners)})" if theirs else "0"
+    )
     mine = [
         p for p in _on(live.pinned, node.name) if (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == node.name
     ]
@@ -224,7 +142,7 @@ def check_records(name: str, stack: StackConfig, live: Live) -> Iterator[Check]:
     two plugins registering one resource on a node leave the kubelet with the later one's devices."""
     own = [r for r in live.records if r.stack == name]
     declared = Claim.declared(name, stack.nodes).nodes
-    actual = "<missing>" if not own else _same([dict(r.nodes) for r in own], [dict(declared)])
+    actual = "<missing>" if not own else same([dict(r.nodes) for r in own], [dict(declared)])
     yield Check("cluster", f"stack record {name}", "as declared", actual)
     others = [r for r in live.records if r.stack != name]
     for node in stack.nodes:
@@ -250,80 +168,15 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
         )
     args = GuardSettings.of(stack)
     for declared in policy_specs(args):
-        yield from _check_guard_policy(declared, args, live)
+        yield from check_guard_policy(declared, args, live)
+    yield from check_node_switches(live)
     if args.add_void:
-        yield from _check_void_policy(live)
+        yield from check_void_policy(live)
     classes = sorted(gpu_device_classes(stack))
     for namespace, limit in sorted(stack.quotas.items()):
         hard = ((live.quotas.get((namespace, QUOTA_NAME)) or {}).get("spec") or {}).get("hard") or {}
         for key, wanted in quota_hard(limit, classes).items():
             yield Check(namespace, f"ResourceQuota {key}", wanted, str(hard.get(key, "<missing>")))
-
-
-def _check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) -> Iterator[Check]:
-    """Every field of the policy and its binding that decides what is judged and what a failure does: a
-    policy that fails open, matches other requests, exempts more namespaces, or a binding that warns or
-    binds fewer namespaces, each named."""
-    policy = live.policies.get(declared.name)
-    what = f"ValidatingAdmissionPolicy {declared.name}"
-    if policy is None:
-        yield Check("cluster", what, "as declared", "<missing>")
-    else:
-        spec = policy.get("spec") or {}
-        constraints = spec.get("matchConstraints") or {}
-        rules_live = [
-            {key: rule.get(key) for key in ("apiGroups", "apiVersions", "operations", "resources")}
-            for rule in constraints.get("resourceRules") or []
-        ]
-        # The API server defaults an absent selector to {} (every namespace).
-        selector = constraints.get("namespaceSelector") or None
-        conditions = {c.get("name"): c.get("expression") for c in spec.get("matchConditions") or []}
-        live_variables = [(v.get("name"), v.get("expression")) for v in spec.get("variables") or []]
-        live_rules = [v.get("expression") for v in spec.get("validations") or []]
-        fields = (
-            ("failurePolicy", "Fail", str(spec.get("failurePolicy"))),
-            ("matches", "as declared", _same(rules_live, [declared.match])),
-            ("exemptions", "as declared", _same(conditions, {NOT_EXEMPT: f"!({exemption(args)})"})),
-            ("namespaceSelector", "as declared", _same(selector, namespace_selector(args))),
-            ("variables", "as declared", _same(live_variables, declared.variables)),
-            ("rules", "as declared", _same(live_rules, [r.expression for r in declared.rules])),
-        )
-        for field, expected, actual in fields:
-            yield Check("cluster", f"{what} {field}", expected, actual)
-    binding = live.bindings.get(declared.name)
-    spec = (binding or {}).get("spec") or {}
-    actions = spec.get("validationActions")
-    yield Check(
-        "cluster",
-        f"binding {declared.name} actions",
-        ",".join(VALIDATION_ACTIONS[args.mode]),
-        ",".join(actions) if actions else "<missing>",
-    )
-    # A binding without matchResources applies wherever the policy matches; any selector narrows it.
-    scope = {k: v for k, v in (spec.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
-    bound = (
-        "<missing>"
-        if binding is None
-        else ("every namespace" if not scope and not spec.get("paramRef") else "narrowed")
-    )
-    yield Check("cluster", f"binding {declared.name} scope", "every namespace", bound)
-
-
-def _same(live: object, declared: object) -> str:
-    return "as declared" if live == declared else "differs"
-
-
-def _check_void_policy(live: Live) -> Iterator[Check]:
-    policy = live.mutating_policies.get(VOID_POLICY_NAME)
-    spec = (policy or {}).get("spec") or {}
-    declared = [(v.get("name"), v.get("expression")) for v in spec.get("variables") or []] == void_variables() and [
-        (m.get("applyConfiguration") or {}).get("expression") for m in spec.get("mutations") or []
-    ] == [void_mutation()]
-    actual = "as declared" if declared else ("<missing>" if policy is None else "mutation differs")
-    yield Check("cluster", f"MutatingAdmissionPolicy {VOID_POLICY_NAME}", "as declared", actual)
-    binding = live.mutating_bindings.get(VOID_POLICY_NAME)
-    bound = ((binding or {}).get("spec") or {}).get("policyName")
-    yield Check("cluster", f"binding {VOID_POLICY_NAME} policy", VOID_POLICY_NAME, bound or "<missing>")
 
 
 def table(checks: list[Check]) -> str:

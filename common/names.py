@@ -72,6 +72,20 @@ OPERAND_LABELS = {
     "operator_validator": "nvidia.com/gpu.deploy.operator-validator",
     "container_toolkit": "nvidia.com/gpu.deploy.container-toolkit",
 }
+# The operator's switch for all its operands on a node: `false` makes it delete every gpu.deploy.* label there
+# (gpu-operator@v0.0.0-20250917190837-d73a0086a6ba controllers/state_manager.go:344-369), removing it makes it add
+# the absent ones as `true` (:377-391).
+OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+# On a hidden node: the operands (gpu.deploy.<name>) hidden-gpu holds off, comma-separated; the node-switches policy
+# reads it, so the node patch that changes the switches changes the record in the same write.
+OPERANDS_OFF_ANNOTATION = "hidden-gpu.io/operands-off"
+# The operator calls a node a GPU node when NFD labels it with NVIDIA's PCI vendor (state_manager.go:113-117, 259)
+# and then labels it gpu.present=true; a node that loses the NFD label is reset (:517-527). Its Node watch reconciles
+# when a GPU node lacks gpu.present (clusterpolicy_controller.go:299): cluster.release uses that to have the operator
+# label a released node again.
+NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # Labels hidden-gpu sets on its nodes, which its RuntimeClasses schedule by: the node's name (the
 # kubernetes.io/hostname label need not equal it) and the node's pool.
 NODE_LABEL = "hidden-gpu.io/node"
@@ -116,6 +130,8 @@ POLICY_NAME = f"{PROJECT}-access-guard"
 ENV_KEYS_POLICY_NAME = f"{PROJECT}-env-keys"
 # The optional mutating policy that adds NVIDIA_VISIBLE_DEVICES=void where a container would otherwise be denied.
 VOID_POLICY_NAME = f"{PROJECT}-add-void"
+# The guard's fourth policy: on a hidden node, the operator switches hidden-gpu holds off stay off.
+NODE_SWITCHES_POLICY_NAME = f"{PROJECT}-node-switches"
 # The guard's third policy: which DeviceClasses tenants' ResourceClaims and ResourceClaimTemplates may name.
 CLAIMS_POLICY_NAME = f"{PROJECT}-claims"
 QUOTA_NAME = f"{PROJECT}-quota"

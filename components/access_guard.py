@@ -32,6 +32,9 @@ from components.guard_rules import (
     void_variables,
 )
 from components.node_labels import gpu_device_classes
+from components.node_switches import POLICY_NAME as NODE_SWITCHES
+from components.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS
+from components.node_switches import policy_spec as node_switches_spec
 from components.stack_types import GuardSpec
 from stack_config.errors import as_written, validated
 from stack_config.models import GuardConfig, NamespaceName, ObjectName, StackConfig
@@ -102,9 +105,9 @@ def guard_args(stack: StackConfig) -> AccessGuardArgs:
 
 
 class AccessGuard(pulumi.ComponentResource):
-    """Three ValidatingAdmissionPolicies and their bindings: one over Pods (and `kubectl debug`'s
+    """Four ValidatingAdmissionPolicies and their bindings: one over Pods (and `kubectl debug`'s
     ephemeral containers), one over the ConfigMap and Secret keys envFrom would turn into env, one over the
-    DeviceClasses ResourceClaims and their templates name; with
+    DeviceClasses ResourceClaims and their templates name, one over the operator switches of hidden nodes; with
     `add_void`, a MutatingAdmissionPolicy that lets new containers without a GPU request pass."""
 
     policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
@@ -119,6 +122,10 @@ class AccessGuard(pulumi.ComponentResource):
     """The DeviceClasses tenants' ResourceClaims and ResourceClaimTemplates may name, and how."""
     claims_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
     """Binds the claim rules with the same actions."""
+    node_switches_policy: k8s.admissionregistration.v1.ValidatingAdmissionPolicy
+    """On a hidden node, the GPU Operator switches hidden-gpu holds off stay off, whoever writes the node."""
+    node_switches_binding: k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding
+    """Binds it to deny, in every mode: it judges no tenant."""
     adds_void: bool
     """Whether the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void (where the pod rules would deny a
     container for want of a request) is declared. The policy and its binding are no outputs: a consumer's YAML
@@ -147,12 +154,61 @@ class AccessGuard(pulumi.ComponentResource):
         self.claims_policy, self.claims_binding = self._policy(
             f"{name}-claims-policy", f"{name}-claims-binding", claims, settings
         )
+        self.node_switches_policy, self.node_switches_binding = self._node_switches(name)
         self.adds_void = settings.add_void
         if self.adds_void:
             self._void_policy(f"{name}-void-policy", f"{name}-void-binding", settings)
         self.register_outputs(
             {"policy": self.policy.metadata.name, "mode": str(settings.mode), "addsVoid": self.adds_void}
         )
+
+    def _node_switches(
+        self, name: str
+    ) -> tuple[
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
+        k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
+    ]:
+        spec = node_switches_spec()
+        v1 = k8s.admissionregistration.v1
+        policy = v1.ValidatingAdmissionPolicy(
+            f"{name}-node-switches-policy",
+            metadata=_metadata(NODE_SWITCHES),
+            spec=v1.ValidatingAdmissionPolicySpecArgs(
+                failure_policy=spec["failurePolicy"],
+                match_constraints=v1.MatchResourcesArgs(
+                    resource_rules=[
+                        v1.NamedRuleWithOperationsArgs(
+                            api_groups=rule["apiGroups"],
+                            api_versions=rule["apiVersions"],
+                            operations=rule["operations"],
+                            resources=rule["resources"],
+                        )
+                        for rule in spec["matchConstraints"]["resourceRules"]
+                    ]
+                ),
+                match_conditions=[v1.MatchConditionArgs(**condition) for condition in spec["matchConditions"]],
+                variables=[v1.VariableArgs(**variable) for variable in spec["variables"]],
+                validations=[
+                    v1.ValidationArgs(
+                        expression=check["expression"],
+                        message=check["message"],
+                        message_expression=check["messageExpression"],
+                        reason=check["reason"],
+                    )
+                    for check in spec["validations"]
+                ],
+            ),
+            opts=self._retained,
+        )
+        binding = v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-node-switches-binding",
+            metadata=_metadata(NODE_SWITCHES),
+            spec=v1.ValidatingAdmissionPolicyBindingSpecArgs(
+                policy_name=policy.metadata.name, validation_actions=NODE_SWITCHES_ACTIONS
+            ),
+            opts=self._retained,
+        )
+        return policy, binding
 
     def _void_policy(self, policy_resource: str, binding_resource: str, args: GuardSettings) -> None:
         policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(

@@ -23,6 +23,7 @@ from common.names import (
     NODE_LABEL,
     NODE_OUTPUT_KEYS,
     NVIDIA_RUNTIME_HANDLER,
+    OPERANDS_OFF_ANNOTATION,
     PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_DIR,
     PLUGIN_CONFIG_KEY,
@@ -38,7 +39,7 @@ from common.names import (
     runtime_class_name,
 )
 from components.inputs import derive, is_plain, validated_input
-from components.node_labels import node_labels, runtime_class_of
+from components.node_labels import node_labels, operands_off, runtime_class_of
 from components.stack_types import DevicePluginSpec, NodeSpec
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
 from stack_config.models import AdoptedPluginConfig, DevicePluginConfig, NodeConfig, NodeName
@@ -220,7 +221,13 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 labels=derive(node, node_labels),
                 # The GPU Operator labels GPU nodes `...device-plugin=true` itself; without
                 # force, server-side apply would refuse to take that field over.
-                annotations={PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER},
+                # The record of the switches this patch holds off, in the same write as the switches: the guard's
+                # node-switches policy keeps them off against every other writer (the operator's operands toggle).
+                annotations={
+                    PATCH_FORCE_ANNOTATION: "true",
+                    FIELD_MANAGER_ANNOTATION: FIELD_MANAGER,
+                    OPERANDS_OFF_ANNOTATION: derive(node, operands_off),
+                },
             ),
             # Fail closed: a node that leaves the stack (or a typo that renames it, or `pulumi
             # destroy`) keeps its labels and stays hidden. Deleting the patch would remove them,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from common.names import (
+    DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN_LABEL,
     DRA_UUID_ATTRIBUTE,
     GPU_QUOTA_KEY,
@@ -59,6 +60,12 @@ def node_labels(node: NodeConfig) -> dict[str, str]:
     """Everything the node patch sets: the operator's switches, and the labels the RuntimeClasses
     schedule by (the node's own name, its pool)."""
     return operator_labels(node) | {NODE_LABEL: node.name} | ({POOL_LABEL: node.pool} if node.pool else {})
+
+
+def operands_off(node: NodeConfig) -> str:
+    """The operands (the part of `nvidia.com/gpu.deploy.<operand>` after the prefix) hidden-gpu holds off, in a
+    fixed order, comma-separated."""
+    return ",".join(label.removeprefix(DEPLOY_LABEL_PREFIX) for label in operator_labels(node))
 
 
 def operator_labels(node: NodeConfig) -> dict[str, str]:

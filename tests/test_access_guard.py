@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, Token
+from common.names import DEFAULT_PLUGIN_NAMESPACE, NODE_SWITCHES_POLICY_NAME, Token
 from offline.program import ProgramRun, run_program
 from tests.support.guard import (
     TENANT,
@@ -202,8 +202,10 @@ def test_label_exemptions_live_in_the_namespace_selector_and_cover_every_policy(
     judged a trusted namespace like a tenant's. The selector is where the API server applies it."""
     run = run_program(guard(exemptNamespaceLabels={"hidden-gpu.io/trusted": "true"}, addVoid=True), "test")
     policies = [r.inputs for r in (*run.of_type(Token.ADMISSION_POLICY), *run.of_type(Token.MUTATING_POLICY))]
-    assert len(policies) == 4  # pods, env keys, claims, void
-    for declared in policies:
+    # The node-switches policy judges Nodes, which are in no namespace: no selector applies to it.
+    namespaced = [p for p in policies if p["metadata"]["name"] != NODE_SWITCHES_POLICY_NAME]
+    assert len(namespaced) == 4 and len(policies) == 5  # pods, env keys, claims, void; node switches
+    for declared in namespaced:
         spec = declared["spec"]
         assert spec["matchConstraints"]["namespaceSelector"] == {
             "matchExpressions": [{"key": "hidden-gpu.io/trusted", "operator": "NotIn", "values": ["true"]}]
@@ -307,7 +309,10 @@ def test_the_plugins_own_pod_is_admitted_in_its_namespace_only(strategy: str) ->
 def test_mode_sets_every_binding(mode: str, actions: list[str]) -> None:
     run = run_program(guard(mode=mode), "test")
     bindings = run.of_type(Token.ADMISSION_BINDING)
-    assert len(bindings) == 3 and all(b.inputs["spec"]["validationActions"] == actions for b in bindings)
+    # The node-switches policy denies in every mode: it judges no tenant (components/node_switches.py).
+    by_mode = [b for b in bindings if b.inputs["metadata"]["name"] != NODE_SWITCHES_POLICY_NAME]
+    assert len(by_mode) == 3 and all(b.inputs["spec"]["validationActions"] == actions for b in by_mode)
+    assert [b.inputs["spec"]["validationActions"] for b in bindings if b not in by_mode] == [["Deny"]]
     assert all(b.parent == only(run.of_type(Token.ACCESS_GUARD)).urn for b in bindings)
 
 
@@ -316,6 +321,7 @@ def test_policies_match_pods_ephemeral_containers_configmaps_secrets_and_claims(
     assert sorted((r["apiGroups"], r["operations"], r["resources"]) for r in rules) == [
         ([""], ["CREATE", "UPDATE"], ["configmaps", "secrets"]),
         ([""], ["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"]),
+        ([""], ["UPDATE"], ["nodes"]),
         (["resource.k8s.io"], ["CREATE"], ["resourceclaims", "resourceclaimtemplates"]),
     ]
     assert all(p.inputs["spec"]["failurePolicy"] == "Fail" for p in run.of_type(Token.ADMISSION_POLICY))

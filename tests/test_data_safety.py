@@ -268,7 +268,7 @@ def test_node_label_patches_the_namespace_and_the_guard_are_retained_on_delete()
     network = only(run.of_type(Token.NETWORK_POLICY))
     assert network.retain_on_delete
     guard = [r for r in run.resources if r.parent == only(run.of_type(Token.ACCESS_GUARD)).urn]
-    assert len(guard) == 8 and all(r.retain_on_delete for r in guard)
+    assert len(guard) == 10 and all(r.retain_on_delete for r in guard)
     # A later `up` takes the retained objects back under one well-known field manager, forcing.
     for retained in [*guard, *run.of_type(Token.NODE_PATCH), network]:
         annotations = retained.inputs["metadata"]["annotations"]

@@ -62,6 +62,8 @@ def test_new_field_and_identical_renders(tmp_path: Path) -> None:
     )
     assert diff.diff(base, head).splitlines() == [
         "~ changed nodepatch.gpu-node-01.yaml",
+        "    metadata.annotations.hidden-gpu.io/operands-off: device-plugin,gpu-feature-discovery,mig-manager,dcgm"
+        " -> device-plugin,mig-manager,dcgm",
         "    metadata.labels.nvidia.com/gpu.deploy.gpu-feature-discovery: 'false' -> (absent)",
     ]
 

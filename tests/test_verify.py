@@ -94,17 +94,25 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 56 checks, 10 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 58 checks, 10 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cluster = healthy(PROD_CONFIG)
     cluster.nodes[0] = node("gpu-node-01", 8, {"nvidia.com/gpu.deploy.device-plugin": "true"})
-    cluster.pods.append(pod("nvidia-device-plugin-daemonset-zzzzz", "gpu-operator", "gpu-node-01", OPERATOR))
+    theirs = pod("nvidia-device-plugin-daemonset-zzzzz", "gpu-operator", "gpu-node-01", OPERATOR)
+    theirs["metadata"]["ownerReferences"] = [
+        {"kind": "DaemonSet", "name": "nvidia-device-plugin-daemonset", "controller": True}
+    ]
+    cluster.pods.append(theirs)
     status, out, _ = run(tmp_path, cluster, capsys)
     assert status == EXIT_FINDING
     assert ["gpu-node-01", "capacity", "nvidia.com/gpu", "2", "8", "MISMATCH"] in mismatches(out)
-    assert ["gpu-node-01", "GPU", "Operator", "device-plugin", "pods", "0", "1", "MISMATCH"] in mismatches(out)
+    # The node and the DaemonSet that put the operator's plugin there, named.
+    assert [
+        "gpu-node-01", "GPU", "Operator", "device-plugin", "pods", "0",
+        "1", "(gpu-operator/DaemonSet", "nvidia-device-plugin-daemonset)", "MISMATCH",
+    ] in mismatches(out)  # fmt: skip
 
 
 def test_the_right_count_of_the_wrong_gpus_is_a_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,7 +157,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 58 checks, 12 API requests")
+    assert out.strip().endswith("in 60 checks, 12 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)

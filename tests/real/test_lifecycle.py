@@ -28,6 +28,7 @@ from common.names import (
     FIELD_MANAGER,
     GPU_QUOTA_KEY,
     NODE_LABEL,
+    NODE_SWITCHES_POLICY_NAME,
     OPERAND_LABELS,
     POLICY_NAME,
     QUOTA_NAME,
@@ -37,7 +38,7 @@ from common.names import (
     stack_record_name,
 )
 from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import ApiError, ControlPlane
 from offline import config_reference, render
 from tests.real.conftest import add_gpu_node, eventually, set_node_status
 from tests.real.harness import PLUGIN_NAMESPACE, Stopwatch, pulumi_stack
@@ -199,12 +200,22 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     policy = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY_NAME}"
     plane.request("PATCH", policy, {"spec": {"failurePolicy": "Ignore"}}, content_type="application/merge-patch+json")
     saved = labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL]
-    plane.request("PATCH", "/api/v1/nodes/gpu-node-02", {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: None}}},
-                  content_type="application/merge-patch+json")  # fmt: skip
+
+    def remove_switch() -> None:
+        plane.request("PATCH", "/api/v1/nodes/gpu-node-02", {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: None}}},
+                      content_type="application/merge-patch+json")  # fmt: skip
+
+    # The node-switches policy refuses it while it denies (tests/real/test_gpu_operator.py has why); its binding is
+    # tampered with too, to warn only.
+    with pytest.raises(ApiError, match="rule node-switches"):
+        remove_switch()
+    switches = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{NODE_SWITCHES_POLICY_NAME}"
     binding = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{POLICY_NAME}"
-    plane.request(
-        "PATCH", binding, {"spec": {"validationActions": ["Warn"]}}, content_type="application/merge-patch+json"
-    )
+    for tampered in (switches, binding):
+        plane.request(
+            "PATCH", tampered, {"spec": {"validationActions": ["Warn"]}}, content_type="application/merge-patch+json"
+        )
+    remove_switch()
     status, out = run_verify(project, capsys)
     assert status == EXIT_FINDING, out
     wrong = [line.split()[:4] for line in out.splitlines() if line.endswith("MISMATCH")]
@@ -212,6 +223,7 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
         [
             ["gpu-node-02", "label", DEVICE_PLUGIN_LABEL, "false"],
             ["cluster", "binding", POLICY_NAME, "actions"],
+            ["cluster", "binding", NODE_SWITCHES_POLICY_NAME, "actions"],
             ["cluster", "ValidatingAdmissionPolicy", POLICY_NAME, "failurePolicy"],
         ]
     ), out
@@ -221,9 +233,10 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     # validationActions is a set list: server-side apply keeps the Warn another manager set and adds Deny,
     # which the API server refuses ("must not contain both Deny and Warn"). So `up` cannot repair this
     # binding; the runbook's repair is an update that replaces the list (docs/operations.md).
-    plane.request(
-        "PATCH", binding, {"spec": {"validationActions": ["Deny"]}}, content_type="application/merge-patch+json"
-    )
+    for tampered in (switches, binding):
+        plane.request(
+            "PATCH", tampered, {"spec": {"validationActions": ["Deny"]}}, content_type="application/merge-patch+json"
+        )
     TIMES.timed("refresh", stack.refresh)
     TIMES.timed("up after refresh", stack.up)
     assert labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL] == saved == "false"

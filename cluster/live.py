@@ -1,0 +1,98 @@
+"""The cluster as cluster.verify reads it (one LIST per kind), and what one check of it says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cluster.kube import Reader
+from common.names import (
+    DRA_API_PATH,
+    OPERATOR_PLUGIN_SELECTOR,
+    PART_OF,
+    PART_OF_LABEL,
+    PLUGIN_NAME,
+    PLUGIN_NAME_LABEL,
+    STACK_LABEL,
+)
+from components.stack_claims import Claim
+
+OURS = f"{PART_OF_LABEL}={PART_OF}"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+@dataclass(frozen=True)
+class Check:
+    scope: str
+    what: str
+    expected: str
+    actual: str
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.actual
+
+
+@dataclass(frozen=True)
+class Live:
+    """The cluster as one LIST per kind returned it."""
+
+    nodes: dict[str, dict[str, Any]]
+    pinned: list[dict[str, Any]]
+    operator_plugins: list[dict[str, Any]]
+    runtime_classes: dict[str, dict[str, Any]]
+    policies: dict[str, dict[str, Any]]
+    bindings: dict[str, dict[str, Any]]
+    quotas: dict[tuple[str, str], dict[str, Any]]
+    # Read only for a stack that declares them: older API servers do not serve the kind.
+    mutating_policies: dict[str, dict[str, Any]]
+    mutating_bindings: dict[str, dict[str, Any]]
+    # Every stack's record in this cluster, whatever its namespace.
+    records: list[Claim]
+    # Every DeviceClass and ResourceSlice (resource.k8s.io/v1, GA since Kubernetes 1.34): cluster/dra.py.
+    device_classes: dict[str, dict[str, Any]]
+    resource_slices: list[dict[str, Any]]
+    # The DaemonSets taken over from a hand-made setup (nodes[].adoptDevicePlugin), by (namespace, name).
+    adopted: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+
+    @classmethod
+    def read(
+        cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False, adopted: Iterable[tuple[str, str]] = ()
+    ) -> Live:
+        def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+            return {i["metadata"].get("name", ""): i for i in items}
+
+        taken_over = sorted(set(adopted))
+        # An adopted plugin's pods stay in its own namespace, labelled as ours are.
+        namespaces = sorted({plugin_namespace, *(namespace for namespace, _ in taken_over)})
+        return cls(
+            nodes=by_name(reader.list("/api/v1/nodes")),
+            pinned=[
+                pod
+                for namespace in namespaces
+                for pod in reader.list(
+                    f"/api/v1/namespaces/{namespace}/pods", f"{OURS},{PLUGIN_NAME_LABEL}={PLUGIN_NAME}"
+                )
+            ],
+            operator_plugins=reader.list("/api/v1/pods", OPERATOR_PLUGIN_SELECTOR),
+            # Every class, not only ours: the guard judges a class as NVIDIA's unless the stack lists it as plain.
+            runtime_classes=by_name(reader.list("/apis/node.k8s.io/v1/runtimeclasses")),
+            policies=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicies", OURS)),
+            bindings=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicybindings", OURS)),
+            quotas={
+                (q["metadata"].get("namespace", ""), q["metadata"].get("name", "")): q
+                for q in reader.list("/api/v1/resourcequotas", OURS)
+            },
+            mutating_policies=by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicies", OURS)) if mutating else {},
+            mutating_bindings=(
+                by_name(reader.list(f"{ADMISSION}/mutatingadmissionpolicybindings", OURS)) if mutating else {}
+            ),
+            records=[Claim.of(c) for c in reader.list("/api/v1/configmaps", STACK_LABEL)],
+            device_classes=by_name(reader.list(f"{DRA_API_PATH}/deviceclasses")),
+            resource_slices=reader.list(f"{DRA_API_PATH}/resourceslices"),
+            adopted={
+                (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+                for namespace, name in taken_over
+            },
+        )
