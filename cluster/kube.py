@@ -169,8 +169,16 @@ class Reader:
     ) -> dict[str, Any]:
         """One server-side apply of `body` as `field_manager`, not forced, answered by `until` (default: the
         deadline); a refusal is UnavailableError, a request sent and not answered UnansweredError."""
-        query = [("fieldManager", field_manager)]
-        headers = {"Content-Type": "application/apply-patch+yaml"}
+        return self._patch(path, body, [("fieldManager", field_manager)], "application/apply-patch+yaml", until)
+
+    def merge_patch(self, path: str, body: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
+        """One JSON merge patch (RFC 7386: a null removes the key) as `field_manager`; errors as apply()'s."""
+        return self._patch(path, body, [("fieldManager", field_manager)], "application/merge-patch+json", None)
+
+    def _patch(
+        self, path: str, body: Mapping[str, Any], query: list[tuple[str, str]], content_type: str, until: float | None
+    ) -> dict[str, Any]:
+        headers = {"Content-Type": content_type}
         try:
             status, reason, data = self._call("PATCH", path, query, dict(body), headers, until=until)
         except HTTPError as error:

@@ -8,9 +8,12 @@ back only what hidden-gpu hid:
 - no stack may still hide it in the cluster this command talks to: every stack's record there (a
   ConfigMap `pulumi up` writes and `pulumi destroy` deletes) is read, not only the file given here.
 The release is a server-side apply of nothing by `hidden-gpu`: the API server removes every field
-only hidden-gpu owns. A switch another manager also set stays, and is named (exit 1). The operator
-then deploys its own device plugin, which advertises every GPU of the node. Without --yes it only
-says what it would do. Run `python -m host.discover --check` on the node first.
+only hidden-gpu owns. A switch another manager also set stays, and is named (exit 1). The GPU Operator
+does not notice a removed switch by itself, so on a node it has labelled (NFD's NVIDIA PCI label and
+`nvidia.com/gpu.present=true`) the release also removes `gpu.present`, which makes the operator label the
+node as a GPU node it just found, and waits (--wait) until it has: its device plugin, which advertises every
+GPU of the node, then deploys there (exit 1, with the command that makes it reconcile, if it did not).
+Without --yes it only says what it would do. Run `python -m host.discover --check` on the node first.
 
 A release sent and not answered (the connection dropped, the answer never came) may have been applied:
 the node is read again, within the deadline (the write keeps part of it for that), and the command says
@@ -36,7 +39,17 @@ from common.cli import (
     run,
     stack_file,
 )
-from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
+from common.names import (
+    DEVICE_PLUGIN_LABEL,
+    FIELD_MANAGER,
+    GPU_PRESENT_LABEL,
+    NFD_GPU_LABEL,
+    NODE_LABEL,
+    OPERAND_LABELS,
+    OPERANDS_LABEL,
+    OPERATOR_NAMESPACE,
+    STACK_LABEL,
+)
 from components.stack_claims import Claim
 from stack_config import parse_project_config, read_stack_file
 
@@ -104,6 +117,53 @@ def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str],
     return [label for label in ours if label not in after], {k: v for k, v in shared.items() if k in after}, note
 
 
+# The GPU Operator's one custom resource per cluster; where it (or its kind) is absent, no operator deploys anything.
+CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
+
+
+def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
+    """After a release, have the GPU Operator label the node as it labels a GPU node it finds, and wait for it: what
+    happened, and whether the node is as the operator would have it. The operator does not reconcile when a
+    `gpu.deploy.*` label goes, and does not requeue in steady state (gpu-operator@v0.0.0-20250917190837-d73a0086a6ba
+    controllers/clusterpolicy_controller.go:214-233, 289-318); a GPU node without `gpu.present` makes it reconcile
+    (:299), and it then adds the absent switches as `true` (state_manager.go:377-391, 528-546)."""
+    path = f"/api/v1/nodes/{node_name}"
+    node = reader.get(path)
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    if labels.get(OPERANDS_LABEL) == "false":
+        return f"{OPERANDS_LABEL}=false: the GPU Operator deploys no operand there", True
+    if labels.get(NFD_GPU_LABEL) != "true" or labels.get(GPU_PRESENT_LABEL) != "true":
+        return (
+            f"not a node the GPU Operator has labelled ({NFD_GPU_LABEL}=true and {GPU_PRESENT_LABEL}=true): "
+            "nothing asks it to deploy there",
+            True,
+        )
+    policies = reader.find(CLUSTER_POLICIES)
+    if policies is not None and not policies.get("items"):
+        return "no ClusterPolicy in the cluster: no GPU Operator deploys there", True
+    started = time.monotonic()
+    metadata = {"resourceVersion": node["metadata"]["resourceVersion"], "labels": {GPU_PRESENT_LABEL: None}}
+    reader.merge_patch(path, {"metadata": metadata}, FIELD_MANAGER)
+    until = min(reader.deadline, started + wait)
+    while True:
+        labels = (reader.get(path).get("metadata") or {}).get("labels") or {}
+        if (value := labels.get(DEVICE_PLUGIN_LABEL)) is not None:
+            return (
+                f"the GPU Operator labelled it again in {time.monotonic() - started:.1f} s "
+                f"({DEVICE_PLUGIN_LABEL}={value}): its device plugin, which advertises every GPU of the node, "
+                "deploys there",
+                True,
+            )
+        if time.monotonic() >= until:
+            return (
+                f"the GPU Operator has not labelled it again within {wait:.0f} s: it deploys its device plugin there "
+                f"at its next reconcile; `kubectl -n {OPERATOR_NAMESPACE} rollout restart deployment/gpu-operator` "
+                "starts one now",
+                False,
+            )
+        time.sleep(0.25)
+
+
 def _reread_reserve(reader: Reader) -> float:
     return min(REREAD_SECONDS, max(0.0, reader.deadline - time.monotonic()) / 3)
 
@@ -135,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         "--yes", action="store_true", help="remove the labels (without it: only say what it would do)"
     )
     arguments.add_argument("--deadline", type=float, default=60.0, help="seconds for the whole command (default 60)")
+    arguments.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds to wait for the GPU Operator to label the node again (default 30; within --deadline)",
+    )
     add_cluster_options(arguments)
     args = arguments.parse_args(argv)
 
@@ -164,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         if kept and any(label in SWITCHES for label in kept):
             return EXIT_FINDING
-        if args.yes:
-            print("the GPU Operator now deploys its device plugin there, which advertises every GPU of the node")
+        if args.yes and DEVICE_PLUGIN_LABEL in given:
+            said, done = hand_back(reader, args.node, args.wait)
+            print(f"node {args.node}: {said}")
+            return EXIT_OK if done else EXIT_FINDING
         return EXIT_OK
 
     return run(command, args.debug)

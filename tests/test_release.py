@@ -62,10 +62,13 @@ def test_yes_gives_up_what_hidden_gpu_owns(tmp_path: Path, capsys: pytest.Captur
     status, labels, requests = give_back(tmp_path, "gpu-node-09", "--yes")
     assert status == EXIT_OK
     assert labels == {DCGM: "true", "team": "ml", "kubernetes.io/hostname": "gpu-node-09"}
-    method, path, content_type = requests[-1]
+    [(method, path, content_type)] = [r for r in requests if r[0] != "GET"]
     assert (method, content_type) == ("PATCH", "application/apply-patch+yaml")
     assert f"fieldManager={FIELD_MANAGER}" in path
-    assert f"removed {NODE_LABEL}, {DEVICE_PLUGIN_LABEL}, {GFD}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"removed {NODE_LABEL}, {DEVICE_PLUGIN_LABEL}, {GFD}" in out
+    # No NFD label, no gpu.present: no GPU Operator labelled this node, so nothing is asked of it.
+    assert "not a node the GPU Operator has labelled" in out
 
 
 def test_a_switch_another_manager_also_set_stays_and_is_named(
