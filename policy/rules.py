@@ -206,9 +206,10 @@ def guard_present_and_failing_closed(args: StackValidationArgs, report_violation
 ENFORCING_STACKS_FILE = Path(__file__).resolve().parent / "enforcing-stacks.yaml"
 
 
-def enforcing_stacks(path: Path = ENFORCING_STACKS_FILE) -> frozenset[str]:
+def enforcing_stacks(path: Path | None = None) -> frozenset[str]:
     """The stacks policy/enforcing-stacks.yaml lists. A file that does not read as a list of names fails the
     preview (the pack's own error), rather than judging every stack as one that may warn."""
+    path = path or ENFORCING_STACKS_FILE
     listed = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stacks")
     if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
         raise ValueError(f"{path}: `stacks` must be a list of stack names, not {listed!r}")

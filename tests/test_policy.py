@@ -16,6 +16,7 @@ from common.cli import stack_files
 from common.names import ENV_KEYS_POLICY_NAME, POLICY_NAME, Token, runtime_class_name
 from offline import render
 from offline.program import Declared, run_program
+from policy import rules as policy_rules
 from policy.rules import (
     RESOURCE_VALIDATORS,
     no_operator_runtime_class,
@@ -263,9 +264,12 @@ def _enforcing_violations(resources: list[PolicyResource]) -> list[str]:
     return list(found)
 
 
-def test_a_listed_stack_cannot_switch_its_guard_to_warn() -> None:
-    """prod is listed in policy/enforcing-stacks.yaml: its stack file setting `mode: warn` fails the preview
-    (the base commit's pack judges the PR, so the list cannot be shortened in the same change)."""
+def test_a_listed_stack_cannot_switch_its_guard_to_warn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """prod listed in policy/enforcing-stacks.yaml (rollout step 4): its stack file setting `mode: warn` fails the
+    preview (the base commit's pack judges the PR, so the list cannot be shortened in the same change)."""
+    listed = tmp_path / "enforcing-stacks.yaml"
+    listed.write_text("stacks: [prod]\n")
+    monkeypatch.setattr(policy_rules, "ENFORCING_STACKS_FILE", listed)
     prod = STACK_FILES[[p.name for p in STACK_FILES].index("Pulumi.prod.yaml")]
     rendered = render.render(prod)
     assert _enforcing_violations([policy_resource(r) for r in rendered.run.resources]) == []
@@ -276,6 +280,14 @@ def test_a_listed_stack_cannot_switch_its_guard_to_warn() -> None:
         "['Deny'], guard mode enforce), not ['Audit', 'Warn']"
         for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME)
     ]
+
+
+def test_the_first_rollout_in_warn_passes_the_shipped_pack() -> None:
+    """issue 42, 2: the README rolls the guard out in warn, and the shipped list named prod: prod in warn failed the
+    pack until a pull request unlisted it, which no doc said. The list ships empty (rollout step 4 fills it)."""
+    prod = STACK_FILES[[p.name for p in STACK_FILES].index("Pulumi.prod.yaml")]
+    warned = {**read_stack_file(prod), "hidden-gpu:guard": {"mode": "warn"}}
+    assert _enforcing_violations([policy_resource(r) for r in run_program(warned, "prod").resources]) == []
 
 
 def test_an_unlisted_stack_may_warn() -> None:
