@@ -16,12 +16,32 @@ TOOL_ROOMS = ("offline", "cluster", "host")
 def _quiet_interrupt(kind: type[BaseException], value: BaseException, trace: object) -> None:
     """A Ctrl-C before a tool's error path is entered (while its modules import) ends it without a traceback;
     the interpreter then exits as killed by SIGINT, as the shell expects of an interrupted command. Python wraps
-    one that lands in a class's creation (RuntimeError: Error calling __set_name__): the chain says so."""
+    one that lands in a class's creation (RuntimeError: Error calling __set_name__): the chain says so. A package
+    the interpreter lacks (a tool run outside .venv) is one line and exit 2."""
+    if isinstance(value, ModuleNotFoundError) and value.name and value.name.split(".")[0] not in _OWN_PACKAGES:
+        _missing_package(value.name)
     cause: BaseException | None = value
     while cause is not None and not isinstance(cause, KeyboardInterrupt):
         cause = cause.__cause__ or cause.__context__
     if cause is None:
         _previous_hook(kind, value, trace)  # type: ignore[arg-type]
+
+
+_OWN_PACKAGES = (*TOOL_ROOMS, "common", "components", "stack_config", "policy", "package")
+
+
+def _missing_package(name: str) -> None:
+    module = _run_module()
+    needs = "requirements-host.txt" if module.startswith("host.") else "requirements.txt"
+    sys.stderr.write(
+        f"python -m {module}: this Python ({sys.executable}) lacks the package {name!r}: run it as "
+        f"`.venv/bin/python -m {module}` (`make render` sets .venv up), or install {needs} with "
+        f"`pip install -r {needs} -c constraints.txt`\n"
+    )
+    sys.stderr.flush()
+    import os  # noqa: PLC0415 (only on this path: the module's own imports stay built-in)
+
+    os._exit(2)
 
 
 def _interrupt_again(unraisable: "sys.UnraisableHookArgs") -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -116,3 +118,15 @@ def test_render_of_a_missing_stack(capsys: pytest.CaptureFixture[str], tmp_path:
     assert capsys.readouterr().err.startswith(
         f"error: --stack nope: no stack file Pulumi.nope.yaml in stacks/ (stacks: {known})"
     )
+
+
+@pytest.mark.parametrize("module", ["cluster.verify", "cluster.release", "offline.render"])
+def test_a_tool_run_outside_its_virtualenv_says_so_in_one_line(module: str) -> None:
+    """issue 42, 5: the README's `python -m cluster.verify` with a Python that lacks the project's packages ended in
+    a traceback. `-S` leaves the interpreter without its site-packages, as a system Python is."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-S", "-m", module, "--stack", "prod"], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and f"`.venv/bin/python -m {module}`" in done.stderr, done.stderr
