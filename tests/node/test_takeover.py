@@ -305,15 +305,17 @@ def test_a_surge_roll_leaves_the_node_without_gpus(node_plane: ControlPlane, nod
     samples = sampled(node_plane, roll, stranded, "the surged pod alone")
     time.sleep(10)  # long past any re-registration
     report("surge", samples, node)
-    assert node.allocatable() == 0, "the kubelet kept the surged plugin"
-    # The order that strands it, in the kubelet's own log: the surged plugin registered (once: it did, and never
-    # again), and only then did the old plugin's ListAndWatch end, which disconnected the new one.
+    # Which side of the kubelet's race wins is not the test's to choose (a warm, loaded run once saw the old stream
+    # end first). What holds either way, read from the kubelet's own log: the surged plugin registered once and never
+    # again, and the node is stranded at 0 exactly when that registration came before the old plugin's ListAndWatch
+    # ended (the end then disconnects the new client); had the old one ended first, the surged plugin would serve.
     (surged_pod,) = [f"{HAND_NAMESPACE}/{p['metadata']['name']}" for p in stranded_pods(node_plane) if surged(p)]
     assert registrations(node, {surged_pod}) == {surged_pod: 1}
     log = node.log("kubelet")[log_from:]
     registered = log.rfind("Got registration request from device plugin")
     ended = log.rfind("ListAndWatch ended unexpectedly")
-    assert 0 <= registered < ended, log[-3000:]
+    assert registered >= 0 and ended >= 0, log[-3000:]
+    assert node.allocatable() == (0 if registered < ended else 1), (registered, ended, log[-3000:])
     # Recovery: the plugin restarted (its pod deleted) registers again.
     pods = node_plane.request("GET", f"/api/v1/namespaces/{HAND_NAMESPACE}/pods?labelSelector=name%3D{HAND_NAME}")
     for pod in pods["items"]:
