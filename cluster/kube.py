@@ -71,6 +71,10 @@ def api_client(args: argparse.Namespace, stack_config: Mapping[str, Any]) -> cli
                 config.load_kube_config_from_dict(loaded, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
             else:
                 path = str(Path(kubeconfig).expanduser()) if kubeconfig else None
+                if path is not None and not Path(path).is_file():
+                    # The client would say "Invalid kube-config file. No configuration found."
+                    source = "--kubeconfig" if args.kubeconfig else KUBECONFIG_KEY
+                    raise UsageError(f"{source} {bounded(path, SHOWN_PATH_CHARS)}: no such file")
                 config.load_kube_config(config_file=path, context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError, yaml.YAMLError, TypeError, ValueError) as error:  # ValueError: not UTF-8
         raise UsageError(f"{where}: {error}") from None

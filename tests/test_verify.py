@@ -273,6 +273,13 @@ def test_a_context_the_kubeconfig_lacks_is_a_usage_error(tmp_path: Path, capsys:
     assert capsys.readouterr().err.startswith("error: kubeconfig (context admin@prod):")
 
 
+def test_a_kubeconfig_that_does_not_exist_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 42, 5: the client said "Invalid kube-config file. No configuration found." for a missing path."""
+    status = verify.main(["--stack", "prod", "--kubeconfig", str(tmp_path / "nonexistent")])
+    assert status == EXIT_USAGE
+    assert capsys.readouterr().err == f"error: --kubeconfig {tmp_path / 'nonexistent'}: no such file\n"
+
+
 def test_a_plain_runtime_class_with_an_nvidia_handler_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The guard judges a class declared plain as plain: verify proves no such class runs NVIDIA's toolkit."""
     config = copy.deepcopy(PROD_CONFIG)
