@@ -142,8 +142,9 @@ def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
     if policies is not None and not policies.get("items"):
         return "no ClusterPolicy in the cluster: no GPU Operator deploys there", True
     started = time.monotonic()
-    metadata = {"resourceVersion": node["metadata"]["resourceVersion"], "labels": {GPU_PRESENT_LABEL: None}}
-    reader.merge_patch(path, {"metadata": metadata}, FIELD_MANAGER)
+    # No resourceVersion: the kubelet's status writes move it all the time, and removing the label is harmless
+    # whatever changed meanwhile (the operator sets it again on a node that still has NFD's label).
+    reader.merge_patch(path, {"metadata": {"labels": {GPU_PRESENT_LABEL: None}}}, FIELD_MANAGER)
     until = min(reader.deadline, started + wait)
     while True:
         labels = (reader.get(path).get("metadata") or {}).get("labels") or {}
