@@ -131,6 +131,9 @@ GROUPS = (
           "k8s.io/dynamic-resource-allocation", own_source=True),
     # The real tier's stand-in for the kubelets of its nodes (pod and node status; tests/real/harness.py).
     Group("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}, "sigs.k8s.io/kwok"),
+    # NVIDIA's GPU Operator controller (e2e/testbed/operator.py); served only as a pseudo-version (its go.mod).
+    Group("gpuoperator", {"gpu-operator": "github.com/NVIDIA/gpu-operator/cmd/gpu-operator"},
+          "github.com/NVIDIA/gpu-operator", ("github.com/NVIDIA/gpu-operator/internal/info.version={v}",)),
 )  # fmt: skip
 
 

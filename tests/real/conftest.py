@@ -1,7 +1,7 @@
 """The real tier's fixtures: a control plane built from Go modules (python -m e2e.build), started once per
 session on loopback, with the cluster a stack expects around it: GPU nodes with NVIDIA capacity,
 tenant namespaces, a tenant identity with `edit` there only, and the GPU Operator's namespace and
-ClusterPolicy kind.
+CRDs (its controller runs where a test starts it: tests/real/test_gpu_operator.py).
 
 The nodes' kubelets are kwok's controller (sigs.k8s.io/kwok, e2e.build's `kwok` group), the stand-in: it
 reports each node Ready and heartbeats it, runs the pods bound there (Running, Ready) and completes their
@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from common.names import OPERATOR_NAMESPACE
+from e2e import gpu_operator
 from e2e.build import GROUPS, LINKS, MODULES, go
 from e2e.controlplane import ControlPlane, NotReachedError, poll
 
@@ -139,19 +140,27 @@ def node(name: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "annotations": {KWOK_ANNOTATION: KWOK_NODE},
-            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "nvidia.com/gpu.present": "true"},
+            # As NFD and the GPU Operator label a GPU node: the operator resets a node without NFD's labels
+            # (tests/real/test_gpu_operator.py runs it here).
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                **gpu_operator.NFD_LABELS,
+                "nvidia.com/gpu.present": "true",
+            },
         },
     }
 
 
 def node_status(gpus: int) -> dict[str, Any]:
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-    return {"status": {"capacity": resources, "allocatable": resources}}
+    info = {"containerRuntimeVersion": gpu_operator.CONTAINER_RUNTIME}
+    return {"status": {"capacity": resources, "allocatable": resources, "nodeInfo": info}}
 
 
 def seed(plane: ControlPlane) -> None:
     """What a GPU cluster has before hidden-gpu: GPU nodes (Ready, with the operator's plugin's capacity),
-    namespaces, the tenant's `edit` role in its own namespaces, and a ClusterPolicy kind."""
+    namespaces, the tenant's `edit` role in its own namespaces, and the GPU Operator's CRDs."""
     add_gpu_nodes(plane, GPU_NODES)
     for namespace in (*TENANT_NAMESPACES, OPERATOR_NAMESPACE):
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
@@ -167,28 +176,9 @@ def seed(plane: ControlPlane) -> None:
         },
     )
     bind_tenants(plane, TENANT, "debug-pods")
-    # The GPU Operator's ClusterPolicy kind. Its own CRD could not be had here (the module proxy refuses
-    # github.com/NVIDIA/gpu-operator@v26.7.0), so this one keeps the group, version, kind and scope and no schema.
-    plane.request(
-        "POST",
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        {
-            "metadata": {"name": "clusterpolicies.nvidia.com"},
-            "spec": {
-                "group": "nvidia.com",
-                "scope": "Cluster",
-                "names": {"plural": "clusterpolicies", "singular": "clusterpolicy", "kind": "ClusterPolicy"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                ],
-            },
-        },
-    )
+    # The GPU Operator's own CRDs (ClusterPolicy, NVIDIADriver), from the module e2e/go/gpuoperator pins.
+    for crd in gpu_operator.crds(gpu_operator.module_dir()):
+        plane.apply(crd)
 
 
 def add_gpu_node(plane: ControlPlane, name: str, gpus: int) -> None:
