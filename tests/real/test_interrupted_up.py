@@ -25,7 +25,13 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from common.names import CLAIMS_POLICY_NAME, DEVICE_PLUGIN_LABEL, ENV_KEYS_POLICY_NAME, POLICY_NAME
+from common.names import (
+    CLAIMS_POLICY_NAME,
+    DEVICE_PLUGIN_LABEL,
+    ENV_KEYS_POLICY_NAME,
+    NODE_SWITCHES_POLICY_NAME,
+    POLICY_NAME,
+)
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import GPU_NODES, eventually, seeded_plane
 from tests.real.harness import pulumi_stack
@@ -41,7 +47,7 @@ ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 GUARD = [
     (f"{ADMISSION}/{kind}", name)
     for kind in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")
-    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME)
+    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME)
 ]
 
 
