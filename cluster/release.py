@@ -126,7 +126,7 @@ def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
     happened, and whether the node is as the operator would have it. The operator does not reconcile when a
     `gpu.deploy.*` label goes, and does not requeue in steady state (gpu-operator@v0.0.0-20250917190837-d73a0086a6ba
     controllers/clusterpolicy_controller.go:214-233, 289-318); a GPU node without `gpu.present` makes it reconcile
-    (:299), and it then adds the absent switches as `true` (state_manager.go:377-391, 528-546)."""
+    (:294), and it then adds the absent switches as `true` (state_manager.go:377-391, 528-546)."""
     path = f"/api/v1/nodes/{node_name}"
     node = reader.get(path)
     labels = (node.get("metadata") or {}).get("labels") or {}
@@ -139,7 +139,7 @@ def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
             True,
         )
     policies = reader.find(CLUSTER_POLICIES)
-    if policies is not None and not policies.get("items"):
+    if policies is None or not policies.get("items"):
         return "no ClusterPolicy in the cluster: no GPU Operator deploys there", True
     started = time.monotonic()
     # No resourceVersion: the kubelet's status writes move it all the time, and removing the label is harmless

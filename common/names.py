@@ -82,7 +82,7 @@ DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 OPERANDS_OFF_ANNOTATION = "hidden-gpu.io/operands-off"
 # The operator calls a node a GPU node when NFD labels it with NVIDIA's PCI vendor (state_manager.go:113-117, 259)
 # and then labels it gpu.present=true; a node that loses the NFD label is reset (:517-527). Its Node watch reconciles
-# when a GPU node lacks gpu.present (clusterpolicy_controller.go:299): cluster.release uses that to have the operator
+# when a GPU node lacks gpu.present (clusterpolicy_controller.go:294): cluster.release uses that to have the operator
 # label a released node again.
 NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
