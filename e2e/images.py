@@ -53,6 +53,33 @@ PLUGIN = Image(
     },
 )
 PATH_ENV = "/"
+# The GPU Operator's own device-plugin DaemonSet (tests/node/test_operator_takeover.py) runs `/bin/bash -c
+# /bin/entrypoint.sh`, the operator's script that waits for the validator's files, `cat`s and sources one, then execs
+# `nvidia-device-plugin` from PATH; its init container runs `sh -c` in the validator's image
+# (gpu-operator@d73a0086a6ba assets/state-device-plugin/0400_configmap.yaml, 0500_daemonset.yaml:27-31, 62-64). The
+# stand-ins: this machine's bash, cat and sh with their libraries, and the stand-in plugin under NVIDIA's name.
+HOST_PATH = "/usr/bin:/bin"
+OPERATOR_PLUGIN = Image(
+    "hidden-gpu.test/operator-device-plugin-stand-in:1",
+    ("/bin/bash",),
+    {"PATH": HOST_PATH, "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+)
+OPERATOR_VALIDATOR = Image("hidden-gpu.test/operator-validator-stand-in:1", ("/bin/sh",), {"PATH": HOST_PATH})
+
+
+def host_programs(*programs: str) -> dict[str, Path]:
+    """This machine's programs at their own paths, with the shared libraries `ldd` names for them (and the dynamic
+    loader), each at the path it names: enough for a program of the C library alone."""
+    files: dict[str, Path] = {}
+    for program in programs:
+        files[program] = Path(program).resolve()
+        listed = subprocess.run(["ldd", program], capture_output=True, text=True, check=True).stdout
+        for line in listed.splitlines():
+            parts = line.split()
+            path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0]
+            if path.startswith("/"):
+                files[path] = Path(path).resolve()
+    return files
 
 
 def _blob(tar: tarfile.TarFile, data: bytes) -> dict[str, Any]:
@@ -80,7 +107,7 @@ def oci_archive(image: Image, files: dict[str, Path], directory: Path) -> Path:
     """Write the image as an OCI layout tar in `directory`; returns its path."""
     layer_bytes = layer(files)
     diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
-    env = [f"PATH={PATH_ENV}", *(f"{k}={v}" for k, v in image.env.items())]
+    env = [f"{k}={v}" for k, v in {"PATH": PATH_ENV, **image.env}.items()]
     config = {
         "architecture": "amd64",
         "os": "linux",

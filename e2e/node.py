@@ -278,6 +278,14 @@ class Node:
             (images.PAUSE, {"pause": self.bin_dir / "pause"}),
             (images.PROBE, {"probe": self.bin_dir / "probe"}),
             (images.PLUGIN, {"hidden-gpu-test-plugin": self.bin_dir / "hidden-gpu-test-plugin"}),
+            (
+                images.OPERATOR_PLUGIN,
+                {
+                    **images.host_programs("/bin/bash", "/usr/bin/cat"),
+                    "usr/bin/nvidia-device-plugin": self.bin_dir / "hidden-gpu-test-plugin",
+                },
+            ),
+            (images.OPERATOR_VALIDATOR, images.host_programs("/bin/sh")),
         ):
             archive = images.oci_archive(image, files, directory)
             images.import_archive(self.bin_dir / "ctr", self.containerd_socket, archive, self.snapshotter)

@@ -13,6 +13,8 @@ import contextlib
 import io
 import json
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from typing import Any
 import pytest
 
 from common.names import device_plugin_name
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import PLUGIN, PROBE
 from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node, pod_pid
 from host import audit
@@ -111,6 +113,38 @@ def rendered_objects(
         objects.append(obj)
     # Namespaces first, as Pulumi's dependency order has them.
     return sorted(objects, key=lambda o: o["kind"] != "Namespace")
+
+
+SAMPLE_S = 0.1
+Sample = tuple[float, int, list[str]]
+
+
+class Sampler(threading.Thread):
+    """The node's allocatable nvidia.com/gpu and the plugin pods (by image) running on the node, read from the API
+    every 100 ms."""
+
+    def __init__(self, plane: ControlPlane, images: tuple[str, ...] = (PLUGIN.name,)) -> None:
+        super().__init__(daemon=True)
+        self.plane, self.images = plane, images
+        self.samples: list[Sample] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        started = time.monotonic()
+        while not self.stopping.wait(SAMPLE_S):
+            try:
+                node = self.plane.request("GET", f"/api/v1/nodes/{NODE}")
+            except ApiError:  # the plane shutting down
+                return
+            gpus = int(node["status"].get("allocatable", {}).get(GPU, "0"))
+            pods = self.plane.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}")["items"]
+            running = [
+                f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                for p in pods
+                if any(c["image"].endswith(self.images) for c in p["spec"]["containers"])
+                and any("running" in (s.get("state") or {}) for s in p.get("status", {}).get("containerStatuses", []))
+            ]
+            self.samples.append((round(time.monotonic() - started, 2), gpus, running))
 
 
 def apply_render(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:

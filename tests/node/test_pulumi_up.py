@@ -14,7 +14,13 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, POLICY_NAME, device_plugin_name
+from common.names import (
+    CLAIMS_POLICY_NAME,
+    ENV_KEYS_POLICY_NAME,
+    NODE_SWITCHES_POLICY_NAME,
+    POLICY_NAME,
+    device_plugin_name,
+)
 from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import PLUGIN
 from e2e.node import Node, Toolkit
@@ -50,7 +56,7 @@ def upped(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPat
     deployed.destroy(on_output=None)
     delete_pods(node_plane, node)
     for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
-        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME):
+        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME):
             node_plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
 
 

@@ -8,7 +8,6 @@ on the node. What it shows is in docs/operations.md, "Adopting a hand-made setup
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from common.names import device_plugin_name
 from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import PLUGIN
 from e2e.node import Node, Toolkit
-from tests.node.conftest import GPU, NODE, apply_render, eventually, rendered_objects, stack
+from tests.node.conftest import GPU, NODE, SAMPLE_S, Sample, Sampler, apply_render, eventually, rendered_objects, stack
 from tests.support.stacks import EXPOSED
 
 HAND_NAMESPACE = "kube-system"
@@ -31,7 +30,6 @@ HAND_CONTAINER = "nvidia-device-plugin-ctr"
 HAND_MANAGER = "kubectl"  # `kubectl apply --server-side`
 ADOPT = {"namespace": HAND_NAMESPACE, "name": HAND_NAME, "matchLabels": HAND_SELECTOR, "container": HAND_CONTAINER}
 PLUGIN_PATH = "/var/lib/kubelet/device-plugins"
-SAMPLE_S = 0.1
 
 
 def hand_made() -> dict[str, Any]:
@@ -67,36 +65,6 @@ def hand_made() -> dict[str, Any]:
             },
         },
     }
-
-
-Sample = tuple[float, int, list[str]]
-
-
-class Sampler(threading.Thread):
-    """The node's allocatable nvidia.com/gpu and the plugin pods on the node, read from the API every 100 ms."""
-
-    def __init__(self, plane: ControlPlane) -> None:
-        super().__init__(daemon=True)
-        self.plane = plane
-        self.samples: list[Sample] = []
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        started = time.monotonic()
-        while not self.stopping.wait(SAMPLE_S):
-            try:
-                node = self.plane.request("GET", f"/api/v1/nodes/{NODE}")
-            except ApiError:  # the plane shutting down
-                return
-            gpus = int(node["status"].get("allocatable", {}).get(GPU, "0"))
-            pods = self.plane.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE}")["items"]
-            running = [
-                f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                for p in pods
-                if any(c["image"].endswith(PLUGIN.name) for c in p["spec"]["containers"])
-                and any("running" in (s.get("state") or {}) for s in p.get("status", {}).get("containerStatuses", []))
-            ]
-            self.samples.append((round(time.monotonic() - started, 2), gpus, running))
 
 
 def registrations(node: Node, pods: set[str]) -> dict[str, int]:
