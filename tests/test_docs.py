@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import json
 import re
 from pathlib import Path
 
@@ -98,3 +99,33 @@ def test_every_make_target_the_docs_show_exists(doc: Path) -> None:
 
 def test_the_flag_check_can_fail() -> None:
     assert not re.search(r"(?<![\w-])--no-such-flag(?![\w-])", _help("offline.render"))
+
+
+RELEASE_STEP = "cluster.release to the operator's plugin pod on the node"
+
+
+def test_the_operator_figures_are_the_records() -> None:
+    """docs/performance.md's GPU Operator figures are those of docs/measurements/gpu-operator-2core.json."""
+    record = json.loads((ROOT / "docs/measurements/gpu-operator-2core.json").read_text())
+    section = (
+        (ROOT / "docs/performance.md").read_text().split("## Beside the real GPU Operator", 1)[1].split("\n## ")[0]
+    )
+    seconds = record["real_tier"]["seconds"]
+    runs = record["node_tier"]["runs"]
+    figures = [
+        f"| {seconds['operator process to its readiness probe']} ({seconds['operator restart to its readiness probe']}) |",
+        f"| {seconds['pulumi up, two nodes hidden beside the operator']} |",
+        f"| {seconds[RELEASE_STEP]} |",
+        "| "
+        + ", ".join(str(r["up_to_exposed_alone_s"]) for r in sorted(runs, key=lambda r: r["up_to_exposed_alone_s"])),
+        "| "
+        + ", ".join(
+            f"{r['old_stream_end_to_pinned_registration_s']:.2f}"
+            for r in sorted(runs, key=lambda r: r["old_stream_end_to_pinned_registration_s"])
+        ),
+        "| "
+        + ", ".join(str(r["release_to_all_gpus_s"]) for r in sorted(runs, key=lambda r: r["release_to_all_gpus_s"])),
+        f"({record['build']['gpuoperator_binary_mb']} MB stripped) took {record['build']['cold_seconds']['gpuoperator']} s",
+    ]
+    for figure in figures:
+        assert figure in section, figure
