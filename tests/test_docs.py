@@ -125,7 +125,7 @@ def test_the_operator_figures_are_the_records() -> None:
         ),
         "| "
         + ", ".join(str(r["release_to_all_gpus_s"]) for r in sorted(runs, key=lambda r: r["release_to_all_gpus_s"])),
-        f"({record['build']['gpuoperator_binary_mb']} MB stripped) took {record['build']['cold_seconds']['gpuoperator']} s",
+        f"{record['build']['gpuoperator_binary_mb']} MB stripped) took {record['build']['cold_seconds']['gpuoperator']} s",
     ]
     for figure in figures:
         assert figure in section, figure
