@@ -73,16 +73,16 @@ def test_the_first_salt_of_a_stack_committed_without_one_passes(
 ) -> None:
     """issue 42, 1: the shipped stacks/Pulumi.{dev,prod}.yaml have no salt; the README's first
     `pulumi stack select --create` writes one, and committing it was refused as a changed salt."""
-    stacks, base = repository(tmp_path)
+    stacks, _ = repository(tmp_path)
     stack(stacks, "prod")
     subprocess.run([*GIT, "add", "."], cwd=tmp_path, check=True)
     subprocess.run([*GIT, "commit", "-qm", "prod without a salt"], cwd=tmp_path, check=True)
-    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True, check=True)
     stack(stacks, "prod", SALT)
-    status, _, err = check(stacks, base.stdout.strip(), capsys)
+    status, _, err = check(stacks, head.stdout.strip(), capsys)
     assert (status, err) == (EXIT_OK, "")
     stack(stacks, "prod", "secretsprovider: awskms://alias/hidden-gpu")  # but it must be whole
-    status, _, err = check(stacks, base.stdout.strip(), capsys)
+    status, _, err = check(stacks, head.stdout.strip(), capsys)
     assert status == EXIT_FINDING and "Pulumi.prod.yaml: a new stack without encryptedkey" in err
 
 

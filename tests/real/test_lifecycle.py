@@ -201,9 +201,10 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
     plane.request("PATCH", policy, {"spec": {"failurePolicy": "Ignore"}}, content_type="application/merge-patch+json")
     saved = labels(plane, "gpu-node-02")[DEVICE_PLUGIN_LABEL]
 
-    def remove_switch() -> None:
+    def remove_switch() -> bool:
         plane.request("PATCH", "/api/v1/nodes/gpu-node-02", {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: None}}},
                       content_type="application/merge-patch+json")  # fmt: skip
+        return True
 
     # The node-switches policy refuses it while it denies (tests/real/test_gpu_operator.py has why); its binding is
     # tampered with too, to warn only.
@@ -216,7 +217,7 @@ def tamper_and_repair(plane: ControlPlane, project: Project, capsys: pytest.Capt
             "PATCH", tampered, {"spec": {"validationActions": ["Warn"]}}, content_type="application/merge-patch+json"
         )
     # The API server takes a binding's change from its informer, a moment later.
-    eventually(lambda: remove_switch() or True, what="the switch removed once the binding only warns")
+    eventually(remove_switch, what="the switch removed once the binding only warns")
     status, out = run_verify(project, capsys)
     assert status == EXIT_FINDING, out
     wrong = [line.split()[:4] for line in out.splitlines() if line.endswith("MISMATCH")]
