@@ -346,11 +346,14 @@ def rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "dra-extended-resources",
-            f"!variables.containers.exists(c, {_requests_unlisted_dra_resource('c', args.allowed_device_classes)})",
+            # The stack's own classes too: they select only exposed UUIDs, and the scheduler's claim for such a
+            # request is of that class, judged by the claims policy and counted by the class quota.
+            "!variables.containers.exists(c, "
+            f"{_requests_unlisted_dra_resource('c', [*args.allowed_device_classes, *args.gpu_device_classes])})",
             f"{DRA_EXTENDED_RESOURCE_PREFIX}<class> resources are allocated through Dynamic Resource Allocation from "
-            "any device the class selects, hidden GPUs included, with no claim and no quota; only the classes in "
-            f"guard.allowedDeviceClasses ({', '.join(sorted(args.allowed_device_classes)) or 'none'}) may be "
-            f"requested here: {REQUEST}",
+            "any device the class selects, hidden GPUs included, with no claim and no quota; only the stack's own "
+            f"classes ({', '.join(sorted(args.gpu_device_classes)) or 'none'}) and those in guard.allowedDeviceClasses "
+            f"({', '.join(sorted(args.allowed_device_classes)) or 'none'}) may be requested here: {REQUEST}",
         ),
     ]
 
@@ -440,6 +443,12 @@ CLAIMS_RULE = {
 }
 
 
+def _given(field: str) -> str:
+    """CEL: the field is there and not null. The API server hands a policy a claim's `null` as written (`requests:
+    null` has it, then fails "got 'types.Null', expected iterable type"): null reads as absent, as the API does."""
+    return f"(has({field}) && {field} != null)"
+
+
 def claim_variables() -> list[tuple[str, str]]:
     """A claim's device requests, or a template's (under spec.spec). `dyn`: the two kinds have different types."""
     return [
@@ -449,7 +458,7 @@ def claim_variables() -> list[tuple[str, str]]:
         ),
         (
             "requests",
-            "has(variables.claimSpec.devices) && has(variables.claimSpec.devices.requests)"
+            f"{_given('variables.claimSpec.devices')} && {_given('variables.claimSpec.devices.requests')}"
             " ? variables.claimSpec.devices.requests : []",
         ),
     ]
@@ -459,8 +468,8 @@ def _every_alternative(check: str) -> str:
     """CEL: `check` (over `d`) holds for each request's `exactly` and for each of its `firstAvailable`
     alternatives, which name their own classes (the allocator takes the first it can satisfy)."""
     return (
-        f"variables.requests.all(r, (!has(r.exactly) || [r.exactly].all(d, {check}))"
-        f" && (!has(r.firstAvailable) || r.firstAvailable.all(d, {check})))"
+        f"variables.requests.all(r, (!{_given('r.exactly')} || [r.exactly].all(d, {check}))"
+        f" && (!{_given('r.firstAvailable')} || r.firstAvailable.all(d, {check})))"
     )
 
 
@@ -478,18 +487,19 @@ def claim_rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "claim-admin-access",
-            "variables.requests.all(r, !has(r.exactly) || !has(r.exactly.adminAccess) || !r.exactly.adminAccess)",
+            f"variables.requests.all(r, !{_given('r.exactly')} || !{_given('r.exactly.adminAccess')}"
+            " || !r.exactly.adminAccess)",
             "adminAccess reaches devices already allocated to other pods, whatever their class: not here",
         ),
         Rule(
             "claim-tolerations",
-            _every_alternative("!has(d.tolerations) || size(d.tolerations) == 0"),
+            _every_alternative(f"!{_given('d.tolerations')} || size(d.tolerations) == 0"),
             "a claim may not tolerate device taints: the platform taints the devices no tenant may have",
         ),
         Rule(
             "claim-exact-count",
             _every_alternative(
-                f"!(d.deviceClassName in {ours}) || !has(d.allocationMode) || d.allocationMode == 'ExactCount'"
+                f"!(d.deviceClassName in {ours}) || !{_given('d.allocationMode')} || d.allocationMode == 'ExactCount'"
             ),
             "claims from the stack's GPU classes ask for an exact count (allocationMode ExactCount, the default), "
             "which the namespace's quota caps",

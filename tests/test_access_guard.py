@@ -237,6 +237,20 @@ def test_allowed_device_classes_open_their_dra_resource_only() -> None:
     assert rules_denying(pod_policy(run_program(guard(), "test")), nic) == ["dra-extended-resources"]
 
 
+def test_the_stacks_own_classes_dra_resource_is_admitted() -> None:
+    """issue 40, 3: docs/configuration.md says the stack's classes may be requested; a container asking for
+    deviceclass.resource.kubernetes.io/<the stack's class> was denied. The scheduler's claim for it is of that class
+    (its selector: the exposed UUIDs) and counted by the class quota. Another class stays denied."""
+    config = changed(lambda c: c.update({"hidden-gpu:dra": {}}))
+    run = run_program(config, "test")
+    own = sorted(r.inputs["metadata"]["name"] for r in run.of_type(Token.DEVICE_CLASS))[0]
+    policy = pod_policy(run)
+    assert admit(policy, pod(container(gpus="1", resource=f"deviceclass.resource.kubernetes.io/{own}"))) == []
+    other = pod(container(gpus="1", resource="deviceclass.resource.kubernetes.io/gpu.nvidia.com"))
+    assert rules_denying(policy, other) == ["dra-extended-resources"]
+    assert f"the stack's own classes ({own})" in (admit(policy, other) or [""])[0]
+
+
 def test_custom_exemptions_keep_the_plugin_namespace() -> None:
     custom = pod_policy(run_program(guard(exemptNamespaces=["infra"]), "test"))
     privileged = ROUTES["privileged"][0]

@@ -357,4 +357,11 @@ CLAIM_BENIGN: dict[str, dict[str, Any]] = {
     "allowed-nic-all": claim(exactly(NIC_CLASS, allocationMode="All")),
     "alternatives-all-allowed": claim(first_available({"deviceClassName": GPU_CLASS}, {"deviceClassName": NIC_CLASS})),
     "no-requests": claim(),
+    # issue 40, 3: null where a list may be (a client that writes every field): a verdict, not a CEL error.
+    "requests-null": {**claim(), "spec": {"devices": {"requests": None}}},
+    "template-requests-null": {**claim(template=True), "spec": {"spec": {"devices": {"requests": None}}}},
+    "devices-null": {**claim(), "spec": {"devices": None}},
+    "fields-null": claim(
+        {**exactly(GPU_CLASS, tolerations=None, allocationMode=None, adminAccess=None), "firstAvailable": None}
+    ),
 }
