@@ -67,6 +67,15 @@ ENV_KEYS_RESOURCES = ["configmaps", "secrets"]
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 # Both pod policies judge CREATE and UPDATE apart.
 CREATING = ("creating", "request.operation == 'CREATE'")
+# A pod UPDATE that removes its last scheduling gate hands it to the scheduler: judged whole, as a CREATE is. A pod
+# made while the guard only warned (or before it existed) with a route the enforcing guard denies would otherwise
+# run once its gates go (issue 40, 1). Its containers cannot have changed meanwhile (ValidatePodUpdate).
+UNGATING = (
+    "request.operation == 'UPDATE' && oldObject != null && has(oldObject.spec.schedulingGates)"
+    " && size(oldObject.spec.schedulingGates) > 0"
+    " && (!has(object.spec.schedulingGates) || size(object.spec.schedulingGates) == 0)"
+)
+JUDGED_WHOLE = ("creating", f"{CREATING[1]} || ({UNGATING})")
 # What the optional mutating policy sets: the toolkit gives a container with it no GPU.
 VOID = NO_GPU_VALUES[0]
 REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
@@ -172,7 +181,7 @@ def _new_ephemeral() -> str:
 def variables(args: GuardSettings) -> list[tuple[str, str]]:
     allowed_paths = cel(sorted(args.allowed_host_paths))
     return [
-        CREATING,
+        JUDGED_WHOLE,
         # What this request adds. CREATE: every container. UPDATE: only `kubectl debug`'s new ephemeral
         # containers; a pod update may change nothing else of a container but its image (the API server's
         # ValidatePodUpdate, which runs before validating admission), and no rule here reads the image.

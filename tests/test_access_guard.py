@@ -347,3 +347,19 @@ def test_no_pod_reaches_a_fully_hidden_node_past_the_scheduler(policy: dict[str,
     for runtime_class in ("nvidia", "nvidia-cdi", "nvidia-legacy", "nvidia-experimental", OURS):
         to_hidden_node = pod(container(gpus="1"), runtimeClassName=runtime_class, nodeName="gpu-node-02")
         assert rules_denying(policy, to_hidden_node) == ["node-name"]
+
+
+@pytest.mark.parametrize("route", ["zero-gpus-our-class", "privileged", "double-slash-dev-null"])
+def test_removing_the_last_scheduling_gate_is_judged_as_a_create(policy: dict[str, Any], route: str) -> None:
+    """issue 40, 1: a pod held by schedulingGates, made while the guard only warned, was never judged again: its
+    UPDATE that removes the gates hands it to the scheduler. That UPDATE is judged whole; one that keeps a gate, or
+    a pod that never had one, is not."""
+    obj, rule = ROUTES[route]
+    gated = copy.deepcopy(obj)
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}, {"name": "example.com/later"}]
+    released = copy.deepcopy(obj)
+    assert rules_denying(policy, released, old=gated) == (rule if isinstance(rule, list) else [rule])
+    one_left = copy.deepcopy(gated)
+    one_left["spec"]["schedulingGates"] = one_left["spec"]["schedulingGates"][:1]
+    assert admit(policy, one_left, old=gated) == []
+    assert admit(policy, released, old=released) == []

@@ -306,3 +306,28 @@ def test_the_quota_refuses_gpus_over_it(plane: ControlPlane) -> None:
     refused = denial(plane, two, namespace=namespace)
     assert refused is not None and "exceeded quota" in refused and "requests.nvidia.com/gpu" in refused, refused
     assert denial(plane, pod(container(gpus="1")), namespace=namespace) is None
+
+
+def test_a_gated_pod_made_in_warn_is_judged_when_its_gates_go(plane: ControlPlane, guard: ProgramRun) -> None:
+    """issue 40, 1: docs/operations.md rolls the guard out in warn, then enforce. A pod the tenant made in warn with
+    schedulingGates and a denied route waited there; in enforce, the UPDATE that removes its gates (what hands it to
+    the real scheduler) is denied by the same rule as its CREATE would be."""
+    obj, rule = ROUTES["privileged"]
+    gated = with_namespace(obj, TENANT)
+    gated["metadata"]["name"] = "gated-in-warn"
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    warn = changed(lambda c: c.__setitem__("hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor"], "mode": "warn"}))
+    for obj_ in guard_objects(run_program(warn, "test")):
+        plane.apply(obj_)
+    try:
+        eventually(lambda: plane.create(gated, identity="tenant"), what="the gated pod admitted in warn")
+    finally:
+        apply_guard(plane, changed(lambda c: c.__setitem__("hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor"]})))
+    path = f"/api/v1/namespaces/{TENANT}/pods/gated-in-warn"
+    with pytest.raises(ApiError) as refused:
+        plane.request(
+            "PATCH", path, {"spec": {"schedulingGates": None}}, identity="tenant",
+            content_type="application/merge-patch+json",
+        )  # fmt: skip
+    assert rule_in(refused.value.message) == (rule if isinstance(rule, str) else rule[0])
+    assert plane.request("GET", path)["spec"].get("schedulingGates"), "still gated"
