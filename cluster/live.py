@@ -55,6 +55,9 @@ class Live:
     resource_slices: list[dict[str, Any]]
     # The DaemonSets taken over from a hand-made setup (nodes[].adoptDevicePlugin), by (namespace, name).
     adopted: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+    # What cluster/leftovers.py judges, by collection: namespaces, configmaps, secrets, resourceclaims, templates,
+    # pods (every one in the cluster).
+    leftovers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def read(
@@ -94,5 +97,13 @@ class Live:
             adopted={
                 (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
                 for namespace, name in taken_over
+            },
+            leftovers={
+                "namespaces": reader.list("/api/v1/namespaces"),
+                "configmaps": reader.list("/api/v1/configmaps"),
+                "secrets": reader.list("/api/v1/secrets"),
+                "resourceclaims": reader.list(f"{DRA_API_PATH}/resourceclaims"),
+                "templates": reader.list(f"{DRA_API_PATH}/resourceclaimtemplates"),
+                "pods": reader.list("/api/v1/pods"),
             },
         )

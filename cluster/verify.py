@@ -31,6 +31,7 @@ from typing import Any
 from cluster.admission_checks import check_guard_policy, check_node_switches, check_void_policy, same
 from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
+from cluster.leftovers import check_leftovers
 from cluster.live import Check, Live
 from cluster.metrics import usable, write_textfile
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
@@ -170,6 +171,8 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
     for declared in policy_specs(args):
         yield from check_guard_policy(declared, args, live)
     yield from check_node_switches(live)
+    if live.leftovers:
+        yield from check_leftovers(stack, live.leftovers)
     if args.add_void:
         yield from check_void_policy(live)
     classes = sorted(gpu_device_classes(stack))

@@ -94,7 +94,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 58 checks, 10 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 59 checks, 16 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,7 +157,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 60 checks, 12 API requests")
+    assert out.strip().endswith("in 61 checks, 18 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -171,7 +171,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(tmp_path, healthy(PROD_CONFIG), capsys, "--json")
     report = json.loads(out)
-    assert status == EXIT_OK and report["mismatches"] == 0 and report["requests"] == 10
+    assert status == EXIT_OK and report["mismatches"] == 0 and report["requests"] == 16
     assert all(c["ok"] for c in report["checks"])
 
 
@@ -197,7 +197,7 @@ def test_throttling_and_server_errors_are_retried(tmp_path: Path, capsys: pytest
     cluster.faults = [429, 503]
     status, out, _ = run(tmp_path, cluster, capsys)
     assert status == EXIT_OK, out
-    assert len(cluster.requests) == 12
+    assert len(cluster.requests) == 18
 
 
 @pytest.mark.slow  # waits out its deadline or retries (1-2 s): make test-all
@@ -409,3 +409,37 @@ def test_dra_findings_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "DeviceClass hidden-gpu-pool-shared" in text and "<missing>" in text
     hidden = parse_project_config(config).nodes[0].hidden_gpus
     assert f"{hidden[0]} by nic.example.com (selector not evaluable here)" in text
+
+
+def test_what_the_warn_phase_left_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 40, 1: objects made while the guard only warned are never judged again by admission. verify names each
+    in a namespace the guard judges (ml-team), none in an exempt one (kube-system)."""
+    cluster = healthy(PROD_CONFIG)
+    cluster.namespaces = [{"metadata": {"name": n}} for n in ("ml-team", "kube-system")]
+    keys = {"NVIDIA_VISIBLE_DEVICES": "all", "OTHER": "x"}
+    cluster.config_maps += [
+        {"metadata": {"name": "env", "namespace": "ml-team"}, "data": keys},
+        {"metadata": {"name": "env", "namespace": "kube-system"}, "data": keys},
+    ]
+    cluster.secrets = [{"metadata": {"name": "s", "namespace": "ml-team"}, "data": {"NVIDIA_GDS": "ZW5hYmxlZA=="}}]
+    requests = [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
+    cluster.resource_claims = [
+        {"metadata": {"name": "c", "namespace": "ml-team"}, "spec": {"devices": {"requests": requests}}}
+    ]
+    cluster.claim_templates = [
+        {"metadata": {"name": "t", "namespace": "ml-team"}, "spec": {"spec": {"devices": {"requests": requests}}}}
+    ]
+    warned = pod("warned", "ml-team", "gpu-node-01", {})
+    warned["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    cluster.pods.append(warned)
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    wrong = {tuple(row[:3]) for row in mismatches(out)}
+    assert wrong == {
+        ("ml-team", "ConfigMap", "env:"),
+        ("ml-team", "Secret", "s:"),
+        ("ml-team", "ResourceClaim", "c:"),
+        ("ml-team", "ResourceClaimTemplate", "t:"),
+        ("ml-team", "Pod", "warned:"),
+    }, out
+    assert "NVIDIA_VISIBLE_DEVICES" in out and "gpu.nvidia.com" in out and "privileged" in out

@@ -36,6 +36,10 @@ COLLECTIONS = {
     f"{ADMISSION}/mutatingadmissionpolicybindings": "mutating_bindings",
     "apis/resource.k8s.io/v1/deviceclasses": "device_classes",
     "apis/resource.k8s.io/v1/resourceslices": "resource_slices",
+    "api/v1/namespaces": "namespaces",
+    "api/v1/secrets": "secrets",
+    "apis/resource.k8s.io/v1/resourceclaims": "resource_claims",
+    "apis/resource.k8s.io/v1/resourceclaimtemplates": "claim_templates",
 }
 
 
@@ -52,6 +56,10 @@ class Cluster:
     mutating_bindings: list[dict[str, Any]] = field(default_factory=list)
     device_classes: list[dict[str, Any]] = field(default_factory=list)
     resource_slices: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: list[dict[str, Any]] = field(default_factory=list)
+    secrets: list[dict[str, Any]] = field(default_factory=list)
+    resource_claims: list[dict[str, Any]] = field(default_factory=list)
+    claim_templates: list[dict[str, Any]] = field(default_factory=list)
     # (method, path with query, content type) of every request.
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     # Answers for the next requests, in order: a status code, or "malformed".

@@ -1,0 +1,98 @@
+"""What the guard's rollout leaves behind (issue 40, 1): objects made while the guard only warned, before it
+existed, or while a namespace was exempt, that no admission request judges again. cluster.verify names each, so
+the rollout can make a clean verify the step before `enforce` (docs/operations.md, "Rollout").
+
+- ConfigMaps and Secrets carrying a device key (NVIDIA_VISIBLE_DEVICES, the toolkit's feature variables): a
+  container's `envFrom` without a prefix turns them into env, and a pod policy cannot read the object.
+- ResourceClaims and ResourceClaimTemplates naming a DeviceClass tenants may not use: a pod naming one later is
+  admitted, and the scheduler allocates it.
+- Pods the enforcing pod rules would deny, judged as their CREATE, in the same CEL as the API server's (the
+  program's own rules, evaluated here by common-expression-language). Without `spec.nodeName`: once bound, a pod the
+  scheduler placed cannot be told from one created on a node, so that one rule is not judged here.
+
+Each in the namespaces the guard judges: not exempt by name, nor by label."""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import cel
+
+from cluster.live import Check
+from common.names import DEVICE_ENV
+from components.guard_rules import GuardSettings, PolicySpec, policy_specs
+from stack_config import StackConfig
+
+CLEAN = "none"
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(expression: str) -> Any:
+    return cel.compile(expression)
+
+
+def _judged(args: GuardSettings, namespaces: dict[str, dict[str, Any]], namespace: str) -> bool:
+    labels = ((namespaces.get(namespace) or {}).get("metadata") or {}).get("labels") or {}
+    exempt_by_label = any(labels.get(key) == value for key, value in args.exempt_namespace_labels.items())
+    return namespace not in args.exempt_namespaces and not exempt_by_label
+
+
+def _where(obj: dict[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+
+
+def _classes(claim_spec: dict[str, Any]) -> set[str]:
+    """The DeviceClasses a claim's requests name, `exactly` and every `firstAvailable` alternative."""
+    named = set()
+    for request in ((claim_spec.get("devices") or {}).get("requests")) or []:
+        alternatives = [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
+        named |= {str(a["deviceClassName"]) for a in alternatives if a.get("deviceClassName")}
+    return named
+
+
+def denied_rules(spec: PolicySpec, pod: dict[str, Any], namespace: dict[str, Any] | None) -> list[str]:
+    """The pod rules an enforcing guard denies this pod by, judged as its CREATE (without `spec.nodeName`)."""
+    created = copy.deepcopy(pod)
+    (created.get("spec") or {}).pop("nodeName", None)
+    request = {"operation": "CREATE", "namespace": _where(pod)[0], "subResource": "", "kind": {"kind": "Pod"}}
+    context: dict[str, Any] = {"object": created, "oldObject": None, "request": request, "namespaceObject": namespace}
+    context["variables"] = {}
+    for name, expression in spec.variables:
+        context["variables"][name] = _compiled(expression).execute(context)
+    return [rule.name for rule in spec.rules if not _compiled(rule.expression).execute(context)]
+
+
+def check_leftovers(stack: StackConfig, objects: dict[str, list[dict[str, Any]]]) -> Iterator[Check]:
+    """`objects`: the live namespaces, configmaps, secrets, resourceclaims, resourceclaimtemplates and pods."""
+    args = GuardSettings.of(stack)
+    namespaces = {_where(n)[1]: n for n in objects["namespaces"]}
+    found: list[Check] = []
+    for kind, items in (("ConfigMap", objects["configmaps"]), ("Secret", objects["secrets"])):
+        for obj in items:
+            namespace, name = _where(obj)
+            keys = sorted(set(obj.get("data") or {}) & set(DEVICE_ENV))
+            if keys and _judged(args, namespaces, namespace):
+                found.append(Check(namespace, f"{kind} {name}: device keys envFrom would pass", CLEAN, ",".join(keys)))
+    tenant_classes = {*args.allowed_device_classes, *args.gpu_device_classes}
+    for kind, items in (("ResourceClaim", objects["resourceclaims"]), ("ResourceClaimTemplate", objects["templates"])):
+        for obj in items:
+            namespace, name = _where(obj)
+            spec = (obj.get("spec") or {}) if kind == "ResourceClaim" else ((obj.get("spec") or {}).get("spec") or {})
+            other = sorted(_classes(spec) - tenant_classes)
+            if other and _judged(args, namespaces, namespace):
+                found.append(Check(namespace, f"{kind} {name}: classes tenants may not use", CLEAN, ",".join(other)))
+    pods_spec = policy_specs(args)[0]
+    for pod in objects["pods"]:
+        namespace, name = _where(pod)
+        if not _judged(args, namespaces, namespace) or (pod.get("status") or {}).get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        if rules := denied_rules(pods_spec, pod, namespaces.get(namespace)):
+            found.append(Check(namespace, f"Pod {name}: the enforcing guard would deny it", CLEAN, ",".join(rules)))
+    yield from found or [Check("cluster", "objects the rollout left that the guard would deny", CLEAN, CLEAN)]
