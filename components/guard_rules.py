@@ -442,13 +442,15 @@ def resource_rule(resources: list[str]) -> dict[str, list[str]]:
 
 
 # Claims and templates are judged when created: their spec is immutable (kubernetes v1.36.3
-# pkg/apis/resource/validation/validation.go:116-122, 621-626), and the status the scheduler writes is a
-# subresource. Requests through v1beta1/v1beta2 match too (matchPolicy Equivalent, the default), converted to v1.
+# pkg/apis/resource/validation/validation.go:116-122, 621-626). And a claim again when the scheduler's status write
+# allocates it or reserves it for one more pod (the subresource `resourceclaims/status`): a claim made while the guard
+# only warned is then never allocated, nor handed to a new pod (issue 40, 1); deallocation passes. Requests through
+# v1beta1/v1beta2 match too (matchPolicy Equivalent, the default), converted to v1.
 CLAIMS_RULE = {
     "apiGroups": [DRA_GROUP],
     "apiVersions": [DRA_VERSION],
-    "operations": ["CREATE"],
-    "resources": ["resourceclaims", "resourceclaimtemplates"],
+    "operations": ["CREATE", "UPDATE"],
+    "resources": ["resourceclaims", "resourceclaimtemplates", "resourceclaims/status"],
 }
 
 
@@ -458,17 +460,33 @@ def _given(field: str) -> str:
     return f"(has({field}) && {field} != null)"
 
 
+def _reserved(obj: str) -> str:
+    return f"({_given(obj + '.status')} && {_given(obj + '.status.reservedFor')} ? size({obj}.status.reservedFor) : 0)"
+
+
+def _allocated(obj: str) -> str:
+    return f"({_given(obj + '.status')} && {_given(obj + '.status.allocation')})"
+
+
 def claim_variables() -> list[tuple[str, str]]:
-    """A claim's device requests, or a template's (under spec.spec). `dyn`: the two kinds have different types."""
+    """Whether the request is judged (a create; a status write that allocates the claim or reserves it for one more
+    pod), and then its device requests, or a template's (under spec.spec); none otherwise, so every rule passes.
+    `dyn`: the two kinds have different types."""
     return [
+        (
+            "judged",
+            "request.operation == 'CREATE' || (request.subResource == 'status' && oldObject != null && ("
+            f"(!{_allocated('oldObject')} && {_allocated('object')})"
+            f" || {_reserved('object')} > {_reserved('oldObject')}))",
+        ),
         (
             "claimSpec",
             "request.kind.kind == 'ResourceClaimTemplate' ? dyn(object).spec.spec : dyn(object).spec",
         ),
         (
             "requests",
-            f"{_given('variables.claimSpec.devices')} && {_given('variables.claimSpec.devices.requests')}"
-            " ? variables.claimSpec.devices.requests : []",
+            f"variables.judged && {_given('variables.claimSpec.devices')}"
+            f" && {_given('variables.claimSpec.devices.requests')} ? variables.claimSpec.devices.requests : []",
         ),
     ]
 

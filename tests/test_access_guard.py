@@ -336,7 +336,11 @@ def test_policies_match_pods_ephemeral_containers_configmaps_secrets_and_claims(
         ([""], ["CREATE", "UPDATE"], ["configmaps", "secrets"]),
         ([""], ["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"]),
         ([""], ["UPDATE"], ["nodes"]),
-        (["resource.k8s.io"], ["CREATE"], ["resourceclaims", "resourceclaimtemplates"]),
+        (
+            ["resource.k8s.io"],
+            ["CREATE", "UPDATE"],
+            ["resourceclaims", "resourceclaimtemplates", "resourceclaims/status"],
+        ),
     ]
     assert all(p.inputs["spec"]["failurePolicy"] == "Fail" for p in run.of_type(Token.ADMISSION_POLICY))
 
@@ -363,3 +367,32 @@ def test_removing_the_last_scheduling_gate_is_judged_as_a_create(policy: dict[st
     one_left["spec"]["schedulingGates"] = one_left["spec"]["schedulingGates"][:1]
     assert admit(policy, one_left, old=gated) == []
     assert admit(policy, released, old=released) == []
+
+
+def test_a_claim_left_from_warn_is_never_allocated_nor_reserved(claims: dict[str, Any]) -> None:
+    """issue 40, 1: a claim of NVIDIA's class made while the guard only warned. The scheduler's status write that
+    allocates it, or reserves an allocated one for one more pod, is judged by the claim rules; one that deallocates
+    it, or touches nothing of either, is not; nor is a metadata update (a finalizer going)."""
+    left = copy.deepcopy(CLAIM_ROUTES["nvidia-gpu-class"][0])
+    left["metadata"]["namespace"] = TENANT
+    allocation = {
+        "devices": {"results": [{"request": "r", "driver": "gpu.nvidia.com", "pool": "n", "device": "gpu-0"}]}
+    }
+    allocated = {**left, "status": {"allocation": allocation}}
+    reserved = {
+        **left,
+        "status": {"allocation": allocation, "reservedFor": [{"resource": "pods", "name": "p", "uid": "1"}]},
+    }
+    twice = {
+        **left,
+        "status": {
+            **reserved["status"],
+            "reservedFor": [*reserved["status"]["reservedFor"], {"resource": "pods", "name": "q", "uid": "2"}],
+        },
+    }
+    assert rules_denying(claims, allocated, old=left, sub_resource="status") == ["claim-device-classes"]
+    assert rules_denying(claims, twice, old=reserved, sub_resource="status") == ["claim-device-classes"]
+    assert admit(claims, left, old=allocated, sub_resource="status") == []  # deallocation
+    assert admit(claims, reserved, old=twice, sub_resource="status") == []  # a pod gone
+    finalized = {**left, "metadata": {**left["metadata"], "finalizers": []}}
+    assert admit(claims, finalized, old=left) == []

@@ -342,3 +342,46 @@ def test_verify_reads_the_drivers_slices_and_classes(
         assert all(f"{uuid} by {NIC_CLASS}" in reached for uuid in NODES["gpu-node-01"][1]), reached
     finally:
         plane.request("DELETE", f"{DRA_API_PATH}/deviceclasses/{NIC_CLASS}")
+
+
+def test_a_claim_left_from_warn_is_never_allocated(plane: ControlPlane, stack: ProgramRun) -> None:
+    """issue 40, 1: a claim of NVIDIA's class made while the guard only warned; in enforce, a pod naming it is
+    admitted (the pod policy cannot read the claim's class), but the real scheduler's status write that would
+    allocate it a GPU is denied by the claim rules: the claim stays unallocated, the pod unscheduled."""
+    binding = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{CLAIMS_POLICY_NAME}"
+
+    def actions(value: list[str]) -> None:
+        plane.request(
+            "PATCH", binding, {"spec": {"validationActions": value}}, content_type="application/merge-patch+json"
+        )
+
+    left = claim(exactly(NVIDIA_DRA_DRIVER))
+    left["metadata"] = {"name": "left-from-warn", "namespace": TENANT}
+    probe = CLAIM_ROUTES["nvidia-gpu-class"][0]
+    actions(["Warn"])
+    try:
+        eventually(lambda: plane.create(left, identity="tenant"), what="the claim admitted while the guard warns")
+    finally:
+        actions(["Deny"])
+    eventually(lambda: "hidden-gpu guard" in (denial(plane, probe) or ""), what="the claims policy denying again")
+    scheduler_log_from = len(plane.log("kube-scheduler"))
+    plane.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "left-from-warn", "namespace": TENANT},
+            "spec": {
+                "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "left-from-warn"}],
+            },
+        },
+        identity="tenant",
+    )
+    refused = "hidden-gpu guard, rule claim-device-classes"
+    eventually(
+        lambda: refused in plane.log("kube-scheduler")[scheduler_log_from:],
+        seconds=60,
+        what="the scheduler's allocation of the claim refused",
+    )
+    assert allocated(plane, "left-from-warn") is None
+    assert not plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/left-from-warn")["spec"].get("nodeName")
