@@ -492,7 +492,7 @@ def test_the_shipped_alerting_rules_name_metrics_the_exporter_writes(
 ) -> None:
     rules = yaml.safe_load((Path(__file__).resolve().parent.parent / "host" / "hidden-gpu-audit.rules.yml").read_text())
     alerts = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
-    assert set(alerts) == {"HiddenGpuAuditViolation", "HiddenGpuAuditStale"}
+    assert set(alerts) == {"HiddenGpuAuditViolation", "HiddenGpuAuditStale", "HiddenGpuAuditAbsent"}
     textfile = tmp_path / "m.prom"
     watcher = Watcher(lambda: Report("n"), 60, None, textfile)
     watcher.record(Report("n", gpus=[{"uuid": EXPOSED, "exposed": True, "processes": []}]), None)

@@ -100,7 +100,50 @@ def test_a_file_that_is_not_metrics_is_never_a_success(tmp_path: Path, capsys: p
 def test_the_shipped_rules_name_metrics_verify_writes() -> None:
     rules = yaml.safe_load(RULES.read_text())
     alerts = {rule["alert"]: rule["expr"] for group in rules["groups"] for rule in group["rules"]}
-    assert set(alerts) == {"HiddenGpuVerifyMismatch", "HiddenGpuVerifyCannotCheck", "HiddenGpuVerifyStale"}
+    assert set(alerts) == {
+        "HiddenGpuVerifyMismatch",
+        "HiddenGpuVerifyCannotCheck",
+        "HiddenGpuVerifyStale",
+        "HiddenGpuVerifyAbsent",
+    }
     for alert, expression in alerts.items():
         names = promql_metric_names(expression)
         assert names and names <= set(METRICS), (alert, names - set(METRICS))
+
+
+def test_the_rules_as_a_prometheus_rule_object(capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 42, 5: the shipped rules also as the Prometheus Operator's object, every group of both files, valid as
+    the operator's CRD would take it (groups of named rules)."""
+    from offline import prometheus_rule  # noqa: PLC0415
+
+    assert prometheus_rule.main(["--namespace", "obs", "--label", "release=prometheus"]) == 0
+    obj = yaml.safe_load(capsys.readouterr().out)
+    assert (obj["apiVersion"], obj["kind"], obj["metadata"]["namespace"]) == (
+        "monitoring.coreos.com/v1",
+        "PrometheusRule",
+        "obs",
+    )
+    assert obj["metadata"]["labels"]["release"] == "prometheus"
+    names = {rule["alert"] for group in obj["spec"]["groups"] for rule in group["rules"]}
+    assert {
+        "HiddenGpuAuditViolation",
+        "HiddenGpuAuditAbsent",
+        "HiddenGpuVerifyMismatch",
+        "HiddenGpuVerifyAbsent",
+    } <= names
+    assert all(
+        set(rule) <= {"alert", "expr", "for", "labels", "annotations"}
+        for g in obj["spec"]["groups"]
+        for rule in g["rules"]
+    )
+    assert prometheus_rule.main(["--label", "novalue"]) == 2
+
+
+def test_the_verify_units_run_the_stack_they_are_named_for() -> None:
+    """issue 42, 5: the audit unit was hard-coded to prod; the audit and verify units are templates of the stack."""
+    audit = (ROOT / "host" / "hidden-gpu-audit@.service").read_text()
+    verify_unit = (ROOT / "cluster" / "hidden-gpu-verify@.service").read_text()
+    timer = (ROOT / "cluster" / "hidden-gpu-verify@.timer").read_text()
+    assert "Pulumi.%i.yaml" in audit and "prod" not in audit.split("[Unit]", 1)[1]
+    assert "-m cluster.verify --stack %i --textfile" in verify_unit and "hidden_gpu_verify_%i.prom" in verify_unit
+    assert "OnUnitActiveSec=1h" in timer
