@@ -118,6 +118,10 @@ class _NotFoundError(UnavailableError):
     """A 404: unavailable to a caller that needs the object, an answer to one that asks with find()."""
 
 
+class ForbiddenError(UnavailableError):
+    """A 403: the identity may not read this."""
+
+
 class UnansweredError(UnavailableError):
     """A write that was sent and not answered (the connection dropped, the answer never came before the
     deadline): the API server may have applied it. Only a new read says whether it did."""
@@ -163,6 +167,8 @@ class Reader:
                 continue
             if status == 404:
                 raise _NotFoundError(f"the API server answered 404 {reason} to GET {path}")
+            if status == 403:
+                raise ForbiddenError(f"the API server answered 403 {reason} to GET {path}")
             if status != 200:
                 raise UnavailableError(f"the API server answered {status} {reason} to GET {path}")
             return _json_object(data, path)

@@ -66,8 +66,13 @@ def denied_rules(spec: PolicySpec, pod: dict[str, Any], namespace: dict[str, Any
     return [rule.name for rule in spec.rules if not _compiled(rule.expression).execute(context)]
 
 
-def check_leftovers(stack: StackConfig, objects: dict[str, list[dict[str, Any]]]) -> Iterator[Check]:
-    """`objects`: the live namespaces, configmaps, secrets, resourceclaims, resourceclaimtemplates and pods."""
+def check_leftovers(stack: StackConfig, listed: dict[str, list[dict[str, Any]] | None]) -> Iterator[Check]:
+    """`listed`: the live namespaces, configmaps, secrets, resourceclaims, resourceclaimtemplates and pods; None for
+    a collection this identity may not list, a mismatch: what cannot be read cannot be called clean."""
+    unreadable = sorted(kind for kind, items in listed.items() if items is None)
+    for kind in unreadable:
+        yield Check("cluster", f"list {kind} (what the rollout left)", "readable", "forbidden: grant get/list")
+    objects = {kind: items or [] for kind, items in listed.items()}
     args = GuardSettings.of(stack)
     namespaces = {_where(n)[1]: n for n in objects["namespaces"]}
     found: list[Check] = []

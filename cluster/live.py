@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.kube import Reader
+from cluster.kube import ForbiddenError, Reader
 from common.names import (
     DRA_API_PATH,
     OPERATOR_PLUGIN_SELECTOR,
@@ -20,6 +20,15 @@ from components.stack_claims import Claim
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+# What cluster/leftovers.py judges, by collection.
+LEFTOVER_PATHS = {
+    "namespaces": "/api/v1/namespaces",
+    "configmaps": "/api/v1/configmaps",
+    "secrets": "/api/v1/secrets",
+    "resourceclaims": f"{DRA_API_PATH}/resourceclaims",
+    "templates": f"{DRA_API_PATH}/resourceclaimtemplates",
+    "pods": "/api/v1/pods",
+}
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ class Live:
     adopted: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
     # What cluster/leftovers.py judges, by collection: namespaces, configmaps, secrets, resourceclaims, templates,
     # pods (every one in the cluster).
-    leftovers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    leftovers: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
 
     @classmethod
     def read(
@@ -98,12 +107,13 @@ class Live:
                 (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
                 for namespace, name in taken_over
             },
-            leftovers={
-                "namespaces": reader.list("/api/v1/namespaces"),
-                "configmaps": reader.list("/api/v1/configmaps"),
-                "secrets": reader.list("/api/v1/secrets"),
-                "resourceclaims": reader.list(f"{DRA_API_PATH}/resourceclaims"),
-                "templates": reader.list(f"{DRA_API_PATH}/resourceclaimtemplates"),
-                "pods": reader.list("/api/v1/pods"),
-            },
+            leftovers={kind: _readable(reader, path) for kind, path in LEFTOVER_PATHS.items()},
         )
+
+
+def _readable(reader: Reader, path: str) -> list[dict[str, Any]] | None:
+    """The collection, or None where this identity may not list it (cluster/leftovers.py says so as a mismatch)."""
+    try:
+        return reader.list(path)
+    except ForbiddenError:
+        return None

@@ -443,3 +443,17 @@ def test_what_the_warn_phase_left_is_named(tmp_path: Path, capsys: pytest.Captur
         ("ml-team", "Pod", "warned:"),
     }, out
     assert "NVIDIA_VISIBLE_DEVICES" in out and "gpu.nvidia.com" in out and "privileged" in out
+
+
+def test_a_collection_it_may_not_list_is_a_mismatch_not_a_clean_result() -> None:
+    """An identity without `list secrets` (say a read-only kubeconfig made before verify read them): the leftovers of
+    that kind cannot be judged, and verify says so rather than passing."""
+    from cluster.leftovers import check_leftovers  # noqa: PLC0415
+    from stack_config import parse_project_config  # noqa: PLC0415
+
+    stack = parse_project_config(PROD_CONFIG)
+    listed = {"namespaces": [], "configmaps": [], "secrets": None, "resourceclaims": [], "templates": [], "pods": []}
+    checks = [c for c in check_leftovers(stack, listed) if not c.ok]
+    assert [(c.what, c.actual) for c in checks] == [
+        ("list secrets (what the rollout left)", "forbidden: grant get/list")
+    ]

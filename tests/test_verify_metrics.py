@@ -3,6 +3,7 @@ that name only metrics it writes (as tests/test_audit.py checks the audit's)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from cluster.metrics import METRICS
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from tests.support.fake_apiserver import Cluster, serve
 from tests.test_audit import promql_metric_names
-from tests.test_verify import PROD_CONFIG, healthy
+from tests.test_verify import PROD_CONFIG, healthy, run
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "cluster" / "hidden-gpu-verify.rules.yml"
@@ -147,3 +148,25 @@ def test_the_verify_units_run_the_stack_they_are_named_for() -> None:
     assert "Pulumi.%i.yaml" in audit and "prod" not in audit.split("[Unit]", 1)[1]
     assert "-m cluster.verify --stack %i --textfile" in verify_unit and "hidden_gpu_verify_%i.prom" in verify_unit
     assert "OnUnitActiveSec=1h" in timer
+
+
+def test_the_shipped_read_only_role_grants_every_read_of_verify(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """issue 42, 5: the docs require a read-only kubeconfig for previews and drift checks, and none shipped. Every
+    collection verify read against the fake API server (the adopted DaemonSet too) is granted by the example role."""
+    role = yaml.safe_load((ROOT / "examples" / "read-only-clusterrole.yaml").read_text())
+    granted = {
+        (group, resource) for rule in role["rules"] if {"get", "list"} <= set(rule["verbs"])
+        for group in rule["apiGroups"] for resource in rule["resources"]
+    }  # fmt: skip
+    cluster = healthy(copy.deepcopy(PROD_CONFIG))
+    assert run(tmp_path, cluster, capsys)[0] == EXIT_OK
+    read = set()
+    for _, path, _ in cluster.requests:
+        parts = path.split("?")[0].strip("/").split("/")
+        group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+        if rest[:1] == ["namespaces"] and len(rest) > 2:
+            rest = rest[2:]
+        read.add((group, rest[0]))
+    assert read and read <= granted, read - granted
