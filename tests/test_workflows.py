@@ -117,7 +117,7 @@ def test_previews_never_run_with_what_up_may_do() -> None:
     reaches the stack's own environment. Cloud credentials come from OIDC roles, never static keys."""
     preview, up = (job for job, _ in pulumi_step_sets())
     assert preview["environment"] == "${{ matrix.stack }}-preview"
-    assert up["environment"] == "${{ inputs.stack }}"
+    assert up["environment"] == "${{ inputs.environment || inputs.stack }}"  # the stack's own, or its `-repair`
     assert load("drift.yml")["jobs"]["drift"]["environment"] == "${{ matrix.stack }}-preview"
     roles = {}
     for name in WORKFLOW_NAMES:
@@ -292,12 +292,18 @@ def test_repair_runs_the_merges_up_on_a_schedule_never_beside_it() -> None:
     repair, up = load("repair.yml"), load("up.yml")
     assert set(repair[True]) == {"schedule", "workflow_dispatch"}
     assert repair[True]["schedule"] == [{"cron": "*/15 * * * *"}]
-    assert repair["concurrency"] == up["concurrency"] == {"group": "pulumi-up", "cancel-in-progress": False}
     job = repair["jobs"]["repair"]
-    assert job["uses"] == up["jobs"]["up"]["uses"] and job["with"] == up["jobs"]["up"]["with"]
+    # issue 42, 4: only the repair's up job joins the merge's group, and only when no merge's up runs or waits
+    # (GitHub cancels a group's pending run when another queues); in its own environment, without reviewers.
+    assert "concurrency" not in repair
+    assert job["concurrency"] == up["concurrency"] == {"group": "pulumi-up", "cancel-in-progress": False}
+    assert job["if"] == "needs.stacks.outputs.stacks != '[]'"
+    assert job["uses"] == up["jobs"]["up"]["uses"] and job["with"]["stack"] == up["jobs"]["up"]["with"]["stack"]
+    assert job["with"]["environment"] == "${{ matrix.stack }}-repair" and "environment" not in up["jobs"]["up"]["with"]
+    assert load("up-stack.yml")["jobs"]["up"]["environment"] == "${{ inputs.environment || inputs.stack }}"
     assert job["strategy"]["max-parallel"] == 1 and job["strategy"]["fail-fast"] is True
     listing = next(s for s in repair["jobs"]["stacks"]["steps"] if s.get("id") == "stacks")
-    assert "python -m offline.fleet --list" in listing["run"]
+    assert "python -m offline.fleet --list" in listing["run"] and "gh run list --workflow up.yml" in listing["run"]
 
 
 def test_the_listed_order_puts_dev_before_prod(capsys: pytest.CaptureFixture[str]) -> None:
