@@ -27,13 +27,16 @@ render_all "$work/base" "$work/out/base"
 render_all "$root" "$work/out/head" "$work/summary"
 
 # This change's render summary of a stack, as `make render` prints it: the per-node table, quotas, guard and
-# each node's GPUs one mark each, in stack order (offline/render.py's summary, from its --json).
+# each node's GPUs one mark each, in stack order (offline/render.py's summary, from its --json). Its first line
+# says how many objects; not where they were written: this job's render directory is gone with its runner.
 summary() {
   "$root/.venv/bin/python" -c '
 import json, sys
 from offline.render import summary
 data = json.load(open(sys.argv[1], encoding="utf-8"))
-print(summary({**data, "out": "render/" + data["stack"]}))
+lines = summary({**data, "out": ""}).splitlines()
+first = "stack {}: {} objects with this change".format(data["stack"], data["objects"])
+print("\n".join([first, *lines[1:]]))
 ' "$1"
 }
 

@@ -31,7 +31,9 @@ def test_the_comment_shows_each_nodes_gpus_after_the_change(tmp_path: Path) -> N
     assert f"! node gpu-node-01: {EXPOSED_1} exposed -> hidden" in prod_part
     assert "    gpu-node-01  ■■□□□□□□ -> ■□□■□□□□\n" in prod_part  # the diff's own map, in the base's order
     map_block = prod_part[prod_part.index("GPUs per node with this change") :]
-    assert "```text\nstack prod: " in map_block and "objects written to render/prod\n" in map_block
+    # issue 42, 5: the comment said "written to render/prod", a directory of the CI runner's, gone with it.
+    assert "```text\nstack prod: " in map_block and " objects with this change\n" in map_block
+    assert "written to" not in comment
     assert "    gpu-node-01  ■■□□□□□□\n" in map_block  # the change's own stack order: its exposed GPUs first
     assert "    gpu-node-02  □□□□□□□□\n" in map_block
     dev_part = comment[comment.index("**stack `dev`**") : comment.index("**stack `prod`**")]
