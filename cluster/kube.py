@@ -252,12 +252,15 @@ class Reader:
             raise result
         return result
 
-    def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+    def list(
+        self, path: str, label_selector: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]:
         """Every item of a collection, in pages of PAGE."""
         items: list[dict[str, Any]] = []
         token = ""
         while True:
             query = [("limit", str(PAGE))] + ([("labelSelector", label_selector)] if label_selector else [])
+            query += [("fieldSelector", field_selector)] if field_selector else []
             page = self.get(path, query + ([("continue", token)] if token else []))
             found = page.get("items")
             if not isinstance(found, list) or not all(

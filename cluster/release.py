@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from cluster.kube import Reader, UnansweredError, add_cluster_options, api_client
+from cluster.kube import ForbiddenError, Reader, UnansweredError, add_cluster_options, api_client
 from common.cli import (
     EXIT_FINDING,
     EXIT_OK,
@@ -43,7 +43,7 @@ from common.names import (
     DEVICE_PLUGIN_LABEL,
     FIELD_MANAGER,
     GPU_PRESENT_LABEL,
-    NFD_GPU_LABEL,
+    NFD_GPU_LABELS,
     NODE_LABEL,
     OPERAND_LABELS,
     OPERANDS_LABEL,
@@ -132,13 +132,16 @@ def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
     labels = (node.get("metadata") or {}).get("labels") or {}
     if labels.get(OPERANDS_LABEL) == "false":
         return f"{OPERANDS_LABEL}=false: the GPU Operator deploys no operand there", True
-    if labels.get(NFD_GPU_LABEL) != "true" or labels.get(GPU_PRESENT_LABEL) != "true":
+    if not any(labels.get(label) == "true" for label in NFD_GPU_LABELS) or labels.get(GPU_PRESENT_LABEL) != "true":
         return (
-            f"not a node the GPU Operator has labelled ({NFD_GPU_LABEL}=true and {GPU_PRESENT_LABEL}=true): "
+            f"not a node the GPU Operator has labelled (NFD's NVIDIA PCI label, {GPU_PRESENT_LABEL}=true): "
             "nothing asks it to deploy there",
             True,
         )
-    policies = reader.find(CLUSTER_POLICIES)
+    try:
+        policies = reader.find(CLUSTER_POLICIES)
+    except ForbiddenError:  # this identity may not read it: an operator may well be there
+        policies = {"items": ["unknown"]}
     if policies is None or not policies.get("items"):
         return "no ClusterPolicy in the cluster: no GPU Operator deploys there", True
     started = time.monotonic()
@@ -157,9 +160,10 @@ def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
             )
         if time.monotonic() >= until:
             return (
-                f"the GPU Operator has not labelled it again within {wait:.0f} s: it deploys its device plugin there "
-                f"at its next reconcile; `kubectl -n {OPERATOR_NAMESPACE} rollout restart deployment/gpu-operator` "
-                "starts one now",
+                f"removed {GPU_PRESENT_LABEL} so that the GPU Operator labels it as a GPU node it found, and it "
+                f"has not within {wait:.0f} s: it deploys its device plugin there (and sets {GPU_PRESENT_LABEL} "
+                f"again) at its next reconcile; `kubectl -n {OPERATOR_NAMESPACE} rollout restart "
+                "deployment/gpu-operator` starts one now",
                 False,
             )
         time.sleep(0.25)

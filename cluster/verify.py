@@ -40,6 +40,7 @@ from common.names import (
     GPU_RESOURCE,
     INSTANCE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
+    OPERANDS_OFF_ANNOTATION,
     QUOTA_NAME,
     VISIBLE_DEVICES_ENV,
 )
@@ -47,7 +48,7 @@ from components.guard_rules import (
     GuardSettings,
     policy_specs,
 )
-from components.node_labels import gpu_device_classes, node_labels, quota_hard, runtime_class_of
+from components.node_labels import gpu_device_classes, node_labels, operands_off, quota_hard, runtime_class_of
 from components.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
@@ -118,6 +119,10 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     labels = (found.get("metadata") or {}).get("labels") or {}
     for label, value in node_labels(node).items():
         yield Check(node.name, f"label {label}", value, labels.get(label, "<unset>"))
+    # The node-switches policy holds the node to this record: one that says less protects less.
+    annotations = (found.get("metadata") or {}).get("annotations") or {}
+    record = annotations.get(OPERANDS_OFF_ANNOTATION, "<unset>")
+    yield Check(node.name, f"annotation {OPERANDS_OFF_ANNOTATION}", operands_off(node), record)
     theirs = _on(live.operator_plugins, node.name)
     owners = sorted({f"{p['metadata'].get('namespace')}/{_owner(p)}" for p in theirs})
     yield Check(

@@ -85,6 +85,11 @@ OPERANDS_OFF_ANNOTATION = "hidden-gpu.io/operands-off"
 # when a GPU node lacks gpu.present (clusterpolicy_controller.go:294): cluster.release uses that to have the operator
 # label a released node again.
 NFD_GPU_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+NFD_GPU_LABELS = (
+    NFD_GPU_LABEL,
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+)
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # Labels hidden-gpu sets on its nodes, which its RuntimeClasses schedule by: the node's name (the
 # kubernetes.io/hostname label need not equal it) and the node's pool.

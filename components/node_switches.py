@@ -33,9 +33,32 @@ from components.guard_rules import cel
 # Every operand hidden-gpu may hold off, as named after the prefix (the record's spelling).
 OPERANDS = tuple(label.removeprefix(DEPLOY_LABEL_PREFIX) for label in (DEVICE_PLUGIN_LABEL, *OPERAND_LABELS.values()))
 RULE = "node-switches"
-MATCH = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
-"""Writes of the node object; the kubelet's status writes are the `nodes/status` subresource, never judged."""
+MATCH = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes", "nodes/status"]}
+"""Writes of the node, through the status subresource too (it writes labels and annotations as well: the kubelet's
+PatchNodeStatus does); the match conditions let only writes that change a switch or the record reach the rule."""
 HIDDEN_NODE = f"has(object.metadata.labels) && {cel(NODE_LABEL)} in object.metadata.labels"
+
+
+def _changed(field: str, key: str) -> str:
+    """CEL: the write changes this label or annotation (added, removed or another value)."""
+    new, old = f"object.metadata.{field}", f"oldObject.metadata.{field}"
+    return (
+        f"((has({new}) && {cel(key)} in {new} ? {new}[{cel(key)}] : '<absent>')"
+        f" != (has({old}) && {cel(key)} in {old} ? {old}[{cel(key)}] : '<absent>'))"
+    )
+
+
+# Only a write that changes a switch, the operands toggle, the node label or the record is judged: a node already out
+# of line (its switches changed before the policy existed) still takes every other write, heartbeats, cordons and
+# taints included, and the operator's other labels.
+SWITCHES_CHANGED = " || ".join(
+    [
+        *(_changed("labels", DEPLOY_LABEL_PREFIX + op) for op in OPERANDS),
+        _changed("labels", OPERANDS_LABEL),
+        _changed("labels", NODE_LABEL),
+        _changed("annotations", OPERANDS_OFF_ANNOTATION),
+    ]
+)
 
 
 def _annotation(obj: str) -> str:
@@ -82,7 +105,10 @@ def policy_spec() -> dict[str, Any]:
     return {
         "failurePolicy": "Fail",
         "matchConstraints": {"resourceRules": [MATCH]},
-        "matchConditions": [{"name": "hidden-node", "expression": HIDDEN_NODE}],
+        "matchConditions": [
+            {"name": "hidden-node", "expression": HIDDEN_NODE},
+            {"name": "switches-changed", "expression": SWITCHES_CHANGED},
+        ],
         "variables": [{"name": name, "expression": expression} for name, expression in variables()],
         "validations": [
             {

@@ -335,7 +335,7 @@ def test_policies_match_pods_ephemeral_containers_configmaps_secrets_and_claims(
     assert sorted((r["apiGroups"], r["operations"], r["resources"]) for r in rules) == [
         ([""], ["CREATE", "UPDATE"], ["configmaps", "secrets"]),
         ([""], ["CREATE", "UPDATE"], ["pods", "pods/ephemeralcontainers"]),
-        ([""], ["UPDATE"], ["nodes"]),
+        ([""], ["UPDATE"], ["nodes", "nodes/status"]),
         (
             ["resource.k8s.io"],
             ["CREATE", "UPDATE"],

@@ -109,3 +109,22 @@ def test_a_write_that_drops_the_record_alone_is_judged_by_the_old_one() -> None:
 def test_a_node_hidden_before_the_record_keeps_its_device_plugin_switch() -> None:
     assert judge(node(HELD), node({**HELD, DEVICE_PLUGIN_LABEL: "true"})) is not None
     assert judge(node(HELD), node({**HELD, DCGM: "true"})) is None
+
+
+def test_a_node_already_out_of_line_still_takes_writes_that_change_no_switch() -> None:
+    """A hidden node whose switch was turned on before the policy existed (or by hand with the binding gone): a cordon,
+    a taint, the kubelet's status write, another label all pass; only a write that changes a switch, the toggle, the
+    node label or the record is judged."""
+    broken = {**HELD, DEVICE_PLUGIN_LABEL: "true"}
+    cordoned = node(broken, RECORD)
+    cordoned["spec"] = {"unschedulable": True}
+    assert judge(node(broken, RECORD), cordoned) is None
+    assert judge(node(broken, RECORD), node({**broken, "team": "ml"}, RECORD)) is None
+    # Putting it right passes; touching the broken switch again, to anything but false, does not.
+    assert judge(node(broken, RECORD), node(HELD, RECORD)) is None
+    assert judge(node(broken, RECORD), node({**broken, DCGM: "true"}, RECORD)) is not None
+
+
+def test_the_status_subresource_is_matched() -> None:
+    """`kubectl patch node N --subresource=status` writes labels too (the kubelet's PatchNodeStatus does)."""
+    assert "nodes/status" in policy_spec()["matchConstraints"]["resourceRules"][0]["resources"]

@@ -13,8 +13,8 @@ import pytest
 
 from cluster import verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, Token
-from components.node_labels import node_labels
+from common.names import DEFAULT_PLUGIN_NAMESPACE, OPERANDS_OFF_ANNOTATION, PROJECT, Token
+from components.node_labels import node_labels, operands_off
 from offline.bench import synthetic_stack
 from offline.program import run_program
 from stack_config import parse_project_config, read_stack_file
@@ -50,6 +50,7 @@ def healthy(config: dict[str, Any], stack: str = "prod") -> Cluster:
     for entry, parsed in zip(config[f"{PROJECT}:nodes"], parse_project_config(config).nodes, strict=True):
         exposed = entry["exposedGpus"]
         cluster.nodes.append(node(entry["name"], len(exposed) or None, node_labels(parsed)))
+        cluster.nodes[-1]["metadata"]["annotations"] = {OPERANDS_OFF_ANNOTATION: operands_off(parsed)}
         if exposed:
             labels = {"app.kubernetes.io/part-of": "hidden-gpu", "app.kubernetes.io/name": "nvidia-device-plugin"}
             labels["app.kubernetes.io/instance"] = entry["name"]
@@ -94,7 +95,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 59 checks, 16 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 61 checks, 16 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,7 +158,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 61 checks, 18 API requests")
+    assert out.strip().endswith("in 63 checks, 18 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -421,7 +422,11 @@ def test_what_the_warn_phase_left_is_named(tmp_path: Path, capsys: pytest.Captur
         {"metadata": {"name": "env", "namespace": "ml-team"}, "data": keys},
         {"metadata": {"name": "env", "namespace": "kube-system"}, "data": keys},
     ]
-    cluster.secrets = [{"metadata": {"name": "s", "namespace": "ml-team"}, "data": {"NVIDIA_GDS": "ZW5hYmxlZA=="}}]
+    cluster.secrets = [
+        {"metadata": {"name": "s", "namespace": "ml-team"}, "data": {"NVIDIA_GDS": "ZW5hYmxlZA=="}},
+        # Helm's release records are not read (about 1 MiB each, no env).
+        {"metadata": {"name": "h", "namespace": "ml-team"}, "type": "helm.sh/release.v1", "data": {"NVIDIA_GDS": ""}},
+    ]
     requests = [{"name": "r", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]
     cluster.resource_claims = [
         {"metadata": {"name": "c", "namespace": "ml-team"}, "spec": {"devices": {"requests": requests}}}

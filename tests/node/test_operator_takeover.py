@@ -85,6 +85,8 @@ def gpu_node_host() -> Iterator[None]:
     finally:
         if not was_shared:
             subprocess.run(["mount", "--make-rprivate", "/"], check=False)
+        for name in ("toolkit-ready", "driver-ready"):
+            (VALIDATIONS / name).unlink(missing_ok=True)
         if made:
             subprocess.run(["rm", "-rf", str(VALIDATIONS.parent)], check=False)
 
@@ -151,6 +153,31 @@ def operator(node_plane: ControlPlane, node: Node) -> Iterator[Path]:
             with contextlib.suppress(ApiError):
                 node_plane.request("DELETE", f"/apis/nvidia.com/v1/clusterpolicies/{gpu_operator.CLUSTER_POLICY}")
             eventually(lambda: not gpu_operator.plugin_pods(node_plane), "the operator's plugin pods gone")
+            leave_the_node(node_plane, node)
+
+
+def leave_the_node(plane: ControlPlane, node: Node) -> None:
+    """What this module put on the session's node goes, whether or not its test passed: the stack's plugin, guard
+    and record (a failed test never reached its destroy), and the labels and record the operator and the stack set."""
+    with contextlib.suppress(ApiError):
+        plane.request("DELETE", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(NODE)}")
+    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME):
+            with contextlib.suppress(ApiError):
+                plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
+    for record in plane.request("GET", f"/api/v1/configmaps?labelSelector={STACK_LABEL}")["items"]:
+        metadata = record["metadata"]
+        plane.request("DELETE", f"/api/v1/namespaces/{metadata['namespace']}/configmaps/{metadata['name']}")
+    current = node.node()["metadata"]
+    ours = ("nvidia.com/", "hidden-gpu.io/", "feature.node.kubernetes.io/")
+    stale = {k: None for k in current.get("labels") or {} if k.startswith(ours)}
+    annotations = {k: None for k in current.get("annotations") or {} if k.startswith("hidden-gpu.io/")}
+    plane.request(
+        "PATCH",
+        f"/api/v1/nodes/{NODE}",
+        {"metadata": {"labels": stale, "annotations": annotations}},
+        content_type="application/merge-patch+json",
+    )
 
 
 def advertises(plane: ControlPlane, node: Node, count: int) -> bool:
@@ -231,7 +258,8 @@ def with_release(node_plane: ControlPlane, node: Node, deployed: auto.Stack, wor
     deployed.destroy(on_output=None)
     for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
         for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME):
-            node_plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
+            with contextlib.suppress(ApiError):
+                node_plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
     assert node.node()["metadata"]["labels"][DEVICE_PLUGIN_LABEL] == "false"
     other = work / "Pulumi.other.yaml"
     config = yaml.safe_load((work / "Pulumi.operatorup.yaml").read_text())["config"]

@@ -194,10 +194,12 @@ def test_up_takes_the_operators_plugin_off_hidden_nodes_through_its_own_reconcil
         return True
 
     eventually(as_stacked, 60, "each node's operands as the stack says")
+    # After each forced reconcile, as the stack says again (a ClusterPolicy change rolls the operator's own plugin
+    # pods on its other node, and the marker line comes before its DaemonSets are written: wait, do not sample).
     reconciled(plane, lambda: gpu_operator.touch(plane), "a ClusterPolicy change")
-    as_stacked()
+    eventually(as_stacked, 60, "each node's operands as the stack says, after a ClusterPolicy change")
     reconciled(plane, lambda: TIMES.timed("operator restart", lambda: gpu_operator.restart(plane)), "a restart")
-    as_stacked()
+    eventually(as_stacked, 60, "each node's operands as the stack says, after a restart")
     status = verify.main(["--stack-file", str(cluster.stack_file), "--deadline", "30"])
     assert status == EXIT_OK, capsys.readouterr().out
 
@@ -219,14 +221,16 @@ def test_an_operands_toggle_never_unhides_a_node_and_the_operator_keeps_working(
         assert refused.value.code in (403, 422), refused.value
         assert f"rule {NODE_SWITCHES_POLICY_NAME.removeprefix('hidden-gpu-')}" in refused.value.message
         assert f"{DEVICE_PLUGIN_LABEL} must stay false" in refused.value.message
-        # What the refusal says to do: the switches back at false, then the toggle off.
-        patch_labels(plane, FULLY, {DEPLOY_LABEL_PREFIX + op: "false" for op in held(plane, FULLY)})
-        reconciled(plane, lambda: patch_labels(plane, FULLY, {OPERANDS_LABEL: None}), "operands removed")
+        # What the refusal says to do, in one write (a reconcile between two would delete the switches again):
+        # the switches back at false and the toggle off.
+        back = {DEPLOY_LABEL_PREFIX + op: "false" for op in held(plane, FULLY)}
+        reconciled(plane, lambda: patch_labels(plane, FULLY, {**back, OPERANDS_LABEL: None}), "operands removed")
         reconciled(plane, lambda: gpu_operator.touch(plane), "a ClusterPolicy change")
+        # What hidden-gpu does not hold comes back, and the operator goes on deploying elsewhere.
+        eventually(lambda: labels(plane, FULLY).get("nvidia.com/gpu.deploy.driver") == "true", 30, "the driver switch")
+        eventually(lambda: "device-plugin" in operands_on(plane, THEIRS), 60, "the operator's plugin on its own node")
     assert "switch true" not in watch.seen and "operator plugin pod" not in watch.seen, watch.seen
     assert labels(plane, FULLY)[DEVICE_PLUGIN_LABEL] == "false"
-    assert labels(plane, FULLY)["nvidia.com/gpu.deploy.driver"] == "true"  # what hidden-gpu does not hold: back
-    assert "device-plugin" in operands_on(plane, THEIRS)
 
 
 def test_verify_names_the_operators_daemonset_on_a_hidden_node(

@@ -108,7 +108,10 @@ def pod(
 
 def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
     field_selector = query.get("fieldSelector", "")
-    if field_selector and obj.get("spec", {}).get("nodeName") != field_selector.removeprefix("spec.nodeName="):
+    if field_selector.startswith("type!="):  # the API server's Secret field selector
+        if obj.get("type", "Opaque") == field_selector.removeprefix("type!="):
+            return False
+    elif field_selector and obj.get("spec", {}).get("nodeName") != field_selector.removeprefix("spec.nodeName="):
         return False
     terms = [term.split("=", 1) for term in query.get("labelSelector", "").split(",") if term]
     labels = obj["metadata"].get("labels") or {}
