@@ -457,7 +457,14 @@ def test_a_collection_it_may_not_list_is_a_mismatch_not_a_clean_result() -> None
     from stack_config import parse_project_config  # noqa: PLC0415
 
     stack = parse_project_config(PROD_CONFIG)
-    listed = {"namespaces": [], "configmaps": [], "secrets": None, "resourceclaims": [], "templates": [], "pods": []}
+    listed: dict[str, list[dict[str, Any]] | None] = {
+        "namespaces": [],
+        "configmaps": [],
+        "secrets": None,
+        "resourceclaims": [],
+        "templates": [],
+        "pods": [],
+    }
     checks = [c for c in check_leftovers(stack, listed) if not c.ok]
     assert [(c.what, c.actual) for c in checks] == [
         ("list secrets (what the rollout left)", "forbidden: grant get/list")
