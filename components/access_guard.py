@@ -40,6 +40,16 @@ from stack_config.errors import as_written, validated
 from stack_config.models import GuardConfig, NamespaceName, ObjectName, StackConfig
 
 
+def _rule(rule: dict[str, list[str]]) -> k8s.admissionregistration.v1.NamedRuleWithOperationsArgs:
+    """A resource rule in wire names, as the SDK's args."""
+    return k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
+        api_groups=rule["apiGroups"],
+        api_versions=rule["apiVersions"],
+        operations=rule["operations"],
+        resources=rule["resources"],
+    )
+
+
 def _match(rule: dict[str, list[str]], args: GuardSettings) -> k8s.admissionregistration.v1.MatchResourcesArgs:
     """What this resource rule matches, in every namespace but those an exempt label pair selects out."""
     selector = namespace_selector(args)
@@ -51,14 +61,7 @@ def _match(rule: dict[str, list[str]], args: GuardSettings) -> k8s.admissionregi
                 k8s.meta.v1.LabelSelectorRequirementArgs(**requirement) for requirement in selector["matchExpressions"]
             ]
         ),
-        resource_rules=[
-            k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
-                api_groups=rule["apiGroups"],
-                api_versions=rule["apiVersions"],
-                operations=rule["operations"],
-                resources=rule["resources"],
-            )
-        ],
+        resource_rules=[_rule(rule)],
     )
 
 
@@ -176,15 +179,7 @@ class AccessGuard(pulumi.ComponentResource):
             spec=v1.ValidatingAdmissionPolicySpecArgs(
                 failure_policy=spec["failurePolicy"],
                 match_constraints=v1.MatchResourcesArgs(
-                    resource_rules=[
-                        v1.NamedRuleWithOperationsArgs(
-                            api_groups=rule["apiGroups"],
-                            api_versions=rule["apiVersions"],
-                            operations=rule["operations"],
-                            resources=rule["resources"],
-                        )
-                        for rule in spec["matchConstraints"]["resourceRules"]
-                    ]
+                    resource_rules=[_rule(rule) for rule in spec["matchConstraints"]["resourceRules"]]
                 ),
                 match_conditions=[v1.MatchConditionArgs(**condition) for condition in spec["matchConditions"]],
                 variables=[v1.VariableArgs(**variable) for variable in spec["variables"]],

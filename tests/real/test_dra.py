@@ -195,6 +195,19 @@ def retarget(obj: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(json.dumps(obj).replace(f'"{ROUTES_GPU_CLASS}"', f'"{GPU_CLASS}"')))
 
 
+def claim_pod(name: str, claim_name: str) -> dict[str, Any]:
+    """A tenant pod whose one container uses the named ResourceClaim."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": TENANT},
+        "spec": {
+            "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "dev"}]}}],
+            "resourceClaims": [{"name": "dev", "resourceClaimName": claim_name}],
+        },
+    }
+
+
 def allocated(plane: ControlPlane, name: str) -> list[str] | None:
     """The UUIDs of the devices the scheduler allocated to this claim, None while unallocated."""
     found = plane.request("GET", f"{DRA_API_PATH}/namespaces/{TENANT}/resourceclaims/{name}")
@@ -219,18 +232,7 @@ def test_many_claims_at_once_get_exposed_gpus_only(plane: ControlPlane, stack: P
         body = claim(exactly(GPU_CLASS))
         body["metadata"] = {"name": name, "namespace": TENANT}
         plane.create(body, identity="tenant")
-        plane.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": TENANT},
-                "spec": {
-                    "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
-                    "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
-                },
-            },
-            identity="tenant",
-        )
+        plane.create(claim_pod(name, name), identity="tenant")
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         list(pool.map(create, range(CLAIMS)))
@@ -254,18 +256,7 @@ def test_a_nic_claim_of_an_allowed_class_is_admitted_and_allocated(plane: Contro
     body = claim(exactly(NIC_CLASS))
     body["metadata"] = {"name": "nic", "namespace": TENANT}
     plane.create(body, identity="tenant")
-    plane.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "nic-user", "namespace": TENANT},
-            "spec": {
-                "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "nic"}]}}],
-                "resourceClaims": [{"name": "nic", "resourceClaimName": "nic"}],
-            },
-        },
-        identity="tenant",
-    )
+    plane.create(claim_pod("nic-user", "nic"), identity="tenant")
 
     def results() -> list[dict[str, Any]] | None:
         found = plane.request("GET", f"{DRA_API_PATH}/namespaces/{TENANT}/resourceclaims/nic")
@@ -365,18 +356,7 @@ def test_a_claim_left_from_warn_is_never_allocated(plane: ControlPlane, stack: P
         actions(["Deny"])
     eventually(lambda: "hidden-gpu guard" in (denial(plane, probe) or ""), what="the claims policy denying again")
     scheduler_log_from = len(plane.log("kube-scheduler"))
-    plane.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "left-from-warn", "namespace": TENANT},
-            "spec": {
-                "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
-                "resourceClaims": [{"name": "gpu", "resourceClaimName": "left-from-warn"}],
-            },
-        },
-        identity="tenant",
-    )
+    plane.create(claim_pod("left-from-warn", "left-from-warn"), identity="tenant")
     refused = "hidden-gpu guard, rule claim-device-classes"
     eventually(
         lambda: refused in plane.log("kube-scheduler")[scheduler_log_from:],
