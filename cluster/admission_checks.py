@@ -93,9 +93,18 @@ def check_node_switches(live: Live) -> Iterator[Check]:
         "<missing>" if found is None else same(essentials(found.get("spec") or {}), essentials(node_switches_spec()))
     )
     yield Check("cluster", f"ValidatingAdmissionPolicy {name}", "as declared", actual)
-    actions = ((live.bindings.get(name) or {}).get("spec") or {}).get("validationActions")
+    binding = (live.bindings.get(name) or {}).get("spec") or {}
+    actions = binding.get("validationActions")
     expected = ",".join(NODE_SWITCHES_ACTIONS)
     yield Check("cluster", f"binding {name} actions", expected, ",".join(actions) if actions else "<missing>")
+    # Bound to this policy, for every node: a binding that names another policy or narrows its match binds less.
+    scope = {k: v for k, v in (binding.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
+    bound = (
+        "<missing>"
+        if not binding
+        else ("every node" if binding.get("policyName") == name and not scope else "narrowed")
+    )
+    yield Check("cluster", f"binding {name} scope", "every node", bound)
 
 
 def check_void_policy(live: Live) -> Iterator[Check]:

@@ -4,8 +4,8 @@ the rollout can make a clean verify the step before `enforce` (docs/operations.m
 
 - ConfigMaps and Secrets carrying a device key (NVIDIA_VISIBLE_DEVICES, the toolkit's feature variables): a
   container's `envFrom` without a prefix turns them into env, and a pod policy cannot read the object.
-- ResourceClaims and ResourceClaimTemplates naming a DeviceClass tenants may not use: a pod naming one later is
-  admitted, and the scheduler allocates it.
+- ResourceClaims and ResourceClaimTemplates the claim rules would deny (a class tenants may not use, adminAccess,
+  device tolerations, all of a GPU class): one already allocated keeps its devices, whatever the guard says now.
 - Pods the enforcing pod rules would deny, judged as their CREATE, in the same CEL as the API server's (the
   program's own rules, evaluated here by common-expression-language). Without `spec.nodeName`: once bound, a pod the
   scheduler placed cannot be told from one created on a node, so that one rule is not judged here.
@@ -45,20 +45,14 @@ def _where(obj: dict[str, Any]) -> tuple[str, str]:
     return str(metadata.get("namespace", "")), str(metadata.get("name", ""))
 
 
-def _classes(claim_spec: dict[str, Any]) -> set[str]:
-    """The DeviceClasses a claim's requests name, `exactly` and every `firstAvailable` alternative."""
-    named = set()
-    for request in ((claim_spec.get("devices") or {}).get("requests")) or []:
-        alternatives = [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
-        named |= {str(a["deviceClassName"]) for a in alternatives if a.get("deviceClassName")}
-    return named
-
-
-def denied_rules(spec: PolicySpec, pod: dict[str, Any], namespace: dict[str, Any] | None) -> list[str]:
-    """The pod rules an enforcing guard denies this pod by, judged as its CREATE (without `spec.nodeName`)."""
-    created = copy.deepcopy(pod)
-    (created.get("spec") or {}).pop("nodeName", None)
-    request = {"operation": "CREATE", "namespace": _where(pod)[0], "subResource": "", "kind": {"kind": "Pod"}}
+def denied_rules(spec: PolicySpec, obj: dict[str, Any], namespace: dict[str, Any] | None) -> list[str]:
+    """The rules an enforcing guard denies this pod, claim or template by, judged as its CREATE (a pod without
+    `spec.nodeName`)."""
+    created = copy.deepcopy(obj)
+    if obj.get("kind", "Pod") == "Pod":
+        (created.get("spec") or {}).pop("nodeName", None)
+    kind = {"kind": obj.get("kind", "Pod")}
+    request = {"operation": "CREATE", "namespace": _where(obj)[0], "subResource": "", "kind": kind}
     context: dict[str, Any] = {"object": created, "oldObject": None, "request": request, "namespaceObject": namespace}
     context["variables"] = {}
     for name, expression in spec.variables:
@@ -82,15 +76,15 @@ def check_leftovers(stack: StackConfig, listed: dict[str, list[dict[str, Any]] |
             keys = sorted(set(obj.get("data") or {}) & set(DEVICE_ENV))
             if keys and _judged(args, namespaces, namespace):
                 found.append(Check(namespace, f"{kind} {name}: device keys envFrom would pass", CLEAN, ",".join(keys)))
-    tenant_classes = {*args.allowed_device_classes, *args.gpu_device_classes}
+    pods_spec, _, claims_spec = policy_specs(args)
+    # Every claim rule (the classes, adminAccess, tolerations, an exact count), as at the claim's creation.
     for kind, items in (("ResourceClaim", objects["resourceclaims"]), ("ResourceClaimTemplate", objects["templates"])):
         for obj in items:
             namespace, name = _where(obj)
-            spec = (obj.get("spec") or {}) if kind == "ResourceClaim" else ((obj.get("spec") or {}).get("spec") or {})
-            other = sorted(_classes(spec) - tenant_classes)
-            if other and _judged(args, namespaces, namespace):
-                found.append(Check(namespace, f"{kind} {name}: classes tenants may not use", CLEAN, ",".join(other)))
-    pods_spec = policy_specs(args)[0]
+            if not _judged(args, namespaces, namespace):
+                continue
+            if rules := denied_rules(claims_spec, {**obj, "kind": kind}, namespaces.get(namespace)):
+                found.append(Check(namespace, f"{kind} {name}: the claim rules would deny it", CLEAN, ",".join(rules)))
     for pod in objects["pods"]:
         namespace, name = _where(pod)
         if not _judged(args, namespaces, namespace) or (pod.get("status") or {}).get("phase") in (

@@ -460,8 +460,8 @@ def _given(field: str) -> str:
     return f"(has({field}) && {field} != null)"
 
 
-def _reserved(obj: str) -> str:
-    return f"({_given(obj + '.status')} && {_given(obj + '.status.reservedFor')} ? size({obj}.status.reservedFor) : 0)"
+def _reservations(obj: str) -> str:
+    return f"({_given(obj + '.status')} && {_given(obj + '.status.reservedFor')} ? {obj}.status.reservedFor : [])"
 
 
 def _allocated(obj: str) -> str:
@@ -477,7 +477,8 @@ def claim_variables() -> list[tuple[str, str]]:
             "judged",
             "request.operation == 'CREATE' || (request.subResource == 'status' && oldObject != null && ("
             f"(!{_allocated('oldObject')} && {_allocated('object')})"
-            f" || {_reserved('object')} > {_reserved('oldObject')}))",
+            # A consumer the old list lacks, by uid: a swap that keeps the count is a new reservation too.
+            f" || {_reservations('object')}.exists(r, !{_reservations('oldObject')}.exists(o, o.uid == r.uid))))",
         ),
         (
             "claimSpec",

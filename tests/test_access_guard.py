@@ -394,5 +394,7 @@ def test_a_claim_left_from_warn_is_never_allocated_nor_reserved(claims: dict[str
     assert rules_denying(claims, twice, old=reserved, sub_resource="status") == ["claim-device-classes"]
     assert admit(claims, left, old=allocated, sub_resource="status") == []  # deallocation
     assert admit(claims, reserved, old=twice, sub_resource="status") == []  # a pod gone
+    swapped = {**left, "status": {**reserved["status"], "reservedFor": [{"resource": "pods", "name": "q", "uid": "2"}]}}
+    assert rules_denying(claims, swapped, old=reserved, sub_resource="status") == ["claim-device-classes"]
     finalized = {**left, "metadata": {**left["metadata"], "finalizers": []}}
     assert admit(claims, finalized, old=left) == []

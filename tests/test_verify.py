@@ -95,7 +95,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 61 checks, 16 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 62 checks, 16 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,7 +158,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 63 checks, 18 API requests")
+    assert out.strip().endswith("in 64 checks, 18 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -447,7 +447,7 @@ def test_what_the_warn_phase_left_is_named(tmp_path: Path, capsys: pytest.Captur
         ("ml-team", "ResourceClaimTemplate", "t:"),
         ("ml-team", "Pod", "warned:"),
     }, out
-    assert "NVIDIA_VISIBLE_DEVICES" in out and "gpu.nvidia.com" in out and "privileged" in out
+    assert "NVIDIA_VISIBLE_DEVICES" in out and "claim-device-classes" in out and "privileged" in out
 
 
 def test_a_collection_it_may_not_list_is_a_mismatch_not_a_clean_result() -> None:
