@@ -324,10 +324,13 @@ def test_a_gated_pod_made_in_warn_is_judged_when_its_gates_go(plane: ControlPlan
     finally:
         apply_guard(plane, changed(lambda c: c.__setitem__("hidden-gpu:guard", {"plainRuntimeClasses": ["gvisor"]})))
     path = f"/api/v1/namespaces/{TENANT}/pods/gated-in-warn"
-    with pytest.raises(ApiError) as refused:
-        plane.request(
-            "PATCH", path, {"spec": {"schedulingGates": None}}, identity="tenant",
-            content_type="application/merge-patch+json",
-        )  # fmt: skip
-    assert rule_in(refused.value.message) == (rule if isinstance(rule, str) else rule[0])
-    assert plane.request("GET", path)["spec"].get("schedulingGates"), "still gated"
+    try:
+        with pytest.raises(ApiError) as refused:
+            plane.request(
+                "PATCH", path, {"spec": {"schedulingGates": None}}, identity="tenant",
+                content_type="application/merge-patch+json",
+            )  # fmt: skip
+        assert rule_in(refused.value.message) == (rule if isinstance(rule, str) else rule[0])
+        assert plane.request("GET", path)["spec"].get("schedulingGates"), "still gated"
+    finally:  # the session's plane: cluster.verify in later modules would (rightly) name it
+        plane.request("DELETE", path)
