@@ -55,9 +55,10 @@ def _device_input(driver: str, device: dict[str, Any], expressions: list[str]) -
     return {"device": {"driver": driver, **domains}}
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(expression: str) -> Any:
-    """A selector compiled once: every device of every slice is judged by the same few classes."""
+@functools.lru_cache(maxsize=1024)
+def compiled(expression: str) -> Any:
+    """A CEL expression compiled once: every device of every slice is judged by the same few class selectors, every
+    leftover object by the same few guard rules (cluster/leftovers.py)."""
     return cel.compile(expression)
 
 
@@ -67,7 +68,7 @@ def selects(device_class: dict[str, Any], driver: str, device: dict[str, Any]) -
     context = _device_input(driver, device, expressions)
     for expression in expressions:
         try:
-            verdict = _compiled(expression).execute(context)
+            verdict = compiled(expression).execute(context)
         except Exception:
             return None
         if verdict is not True:

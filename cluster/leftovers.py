@@ -15,23 +15,16 @@ Each in the namespaces the guard judges: not exempt by name, nor by label."""
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Iterator
 from typing import Any
 
-import cel
-
+from cluster.dra import compiled
 from cluster.live import Check
 from common.names import DEVICE_ENV
 from components.guard_rules import GuardSettings, PolicySpec, policy_specs
 from stack_config import StackConfig
 
 CLEAN = "none"
-
-
-@functools.lru_cache(maxsize=1024)
-def _compiled(expression: str) -> Any:
-    return cel.compile(expression)
 
 
 def _judged(args: GuardSettings, namespaces: dict[str, dict[str, Any]], namespace: str) -> bool:
@@ -56,8 +49,8 @@ def denied_rules(spec: PolicySpec, obj: dict[str, Any], namespace: dict[str, Any
     context: dict[str, Any] = {"object": created, "oldObject": None, "request": request, "namespaceObject": namespace}
     context["variables"] = {}
     for name, expression in spec.variables:
-        context["variables"][name] = _compiled(expression).execute(context)
-    return [rule.name for rule in spec.rules if not _compiled(rule.expression).execute(context)]
+        context["variables"][name] = compiled(expression).execute(context)
+    return [rule.name for rule in spec.rules if not compiled(rule.expression).execute(context)]
 
 
 def check_leftovers(stack: StackConfig, listed: dict[str, list[dict[str, Any]] | None]) -> Iterator[Check]:
