@@ -62,14 +62,15 @@ def check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) ->
         ",".join(VALIDATION_ACTIONS[args.mode]),
         ",".join(actions) if actions else "<missing>",
     )
-    # A binding without matchResources applies wherever the policy matches; any selector narrows it.
-    scope = {k: v for k, v in (spec.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
-    bound = (
-        "<missing>"
-        if binding is None
-        else ("every namespace" if not scope and not spec.get("paramRef") else "narrowed")
-    )
+    bound = "<missing>" if binding is None else ("every namespace" if not narrowed(spec) else "narrowed")
     yield Check("cluster", f"binding {declared.name} scope", "every namespace", bound)
+
+
+def narrowed(binding_spec: dict[str, Any]) -> bool:
+    """Whether a binding judges less than its policy matches: a binding without matchResources (or with the API
+    server's defaults there) applies wherever the policy matches; any selector, or a paramRef, narrows it."""
+    scope = {k: v for k, v in (binding_spec.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
+    return bool(scope or binding_spec.get("paramRef"))
 
 
 def same(live: object, declared: object) -> str:
@@ -98,11 +99,10 @@ def check_node_switches(live: Live) -> Iterator[Check]:
     expected = ",".join(NODE_SWITCHES_ACTIONS)
     yield Check("cluster", f"binding {name} actions", expected, ",".join(actions) if actions else "<missing>")
     # Bound to this policy, for every node: a binding that names another policy or narrows its match binds less.
-    scope = {k: v for k, v in (binding.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
     bound = (
         "<missing>"
         if not binding
-        else ("every node" if binding.get("policyName") == name and not scope else "narrowed")
+        else ("every node" if binding.get("policyName") == name and not narrowed(binding) else "narrowed")
     )
     yield Check("cluster", f"binding {name} scope", "every node", bound)
 

@@ -40,6 +40,7 @@ from common.cli import (
     stack_file,
 )
 from common.names import (
+    CLUSTER_POLICIES_PATH,
     DEVICE_PLUGIN_LABEL,
     FIELD_MANAGER,
     GPU_PRESENT_LABEL,
@@ -117,10 +118,6 @@ def release(reader: Reader, node_name: str, confirmed: bool) -> tuple[list[str],
     return [label for label in ours if label not in after], {k: v for k, v in shared.items() if k in after}, note
 
 
-# The GPU Operator's one custom resource per cluster; where it (or its kind) is absent, no operator deploys anything.
-CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
-
-
 def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
     """After a release, have the GPU Operator label the node as it labels a GPU node it finds, and wait for it: what
     happened, and whether the node is as the operator would have it. The operator does not reconcile when a
@@ -139,7 +136,7 @@ def hand_back(reader: Reader, node_name: str, wait: float) -> tuple[str, bool]:
             True,
         )
     try:
-        policies = reader.find(CLUSTER_POLICIES)
+        policies = reader.find(CLUSTER_POLICIES_PATH)
     except ForbiddenError:  # this identity may not read it: an operator may well be there
         policies = {"items": ["unknown"]}
     if policies is None or not policies.get("items"):

@@ -149,6 +149,8 @@ DEFAULT_EXEMPT_NAMESPACES = ("kube-system", OPERATOR_NAMESPACE)
 # Namespaces the cluster or the GPU Operator owns: hidden-gpu never creates (or deletes) them.
 CLUSTER_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", OPERATOR_NAMESPACE)
 DEFAULT_CLUSTER_POLICY = "cluster-policy"
+# The GPU Operator's ClusterPolicies (one per cluster): where none exists, no operator deploys anything.
+CLUSTER_POLICIES_PATH = "/apis/nvidia.com/v1/clusterpolicies"
 PLUGIN_CONFIG_KEY = "config.yaml"
 PLUGIN_PRIORITY_CLASS = "system-node-critical"
 # Every RuntimeClass this program creates starts so: it keeps clear of the operator's names, and

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from common.names import CLUSTER_POLICIES_PATH, DEFAULT_CLUSTER_POLICY
 from e2e.build import LINKS, MODULES, go
 from e2e.controlplane import ControlPlane, free_port, poll
 
@@ -37,7 +38,7 @@ MODULE = "github.com/NVIDIA/gpu-operator"
 NAMESPACE = "gpu-operator"
 SERVICE_ACCOUNT = "gpu-operator"
 IDENTITY = f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
-CLUSTER_POLICY = "cluster-policy"
+CLUSTER_POLICY = DEFAULT_CLUSTER_POLICY  # the chart's name for it
 PROCESS = "gpu-operator"
 # The DaemonSet of the operator's own device plugin (assets/state-device-plugin/0500_daemonset.yaml).
 PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
@@ -136,7 +137,7 @@ def install(plane: ControlPlane, module: Path, **changes: dict[str, Any]) -> Non
     policy is refused by the CRD), and a token of the chart's service account for the operator."""
     for crd in crds(module):
         plane.apply(crd)
-    poll(lambda: plane.get_or_none("/apis/nvidia.com/v1/clusterpolicies") is not None, 30, "the ClusterPolicy CRD")
+    poll(lambda: plane.get_or_none(CLUSTER_POLICIES_PATH) is not None, 30, "the ClusterPolicy CRD")
     if plane.get_or_none(f"/api/v1/namespaces/{NAMESPACE}") is None:
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
     for obj in rbac(module):
@@ -221,7 +222,7 @@ def restart(plane: ControlPlane) -> float:
 
 def touch(plane: ControlPlane) -> None:
     """A ClusterPolicy spec change (its watch reconciles on a new generation only): a devicePlugin env entry."""
-    path = f"/apis/nvidia.com/v1/clusterpolicies/{CLUSTER_POLICY}"
+    path = f"{CLUSTER_POLICIES_PATH}/{CLUSTER_POLICY}"
     policy = plane.request("GET", path)
     env = [e for e in policy["spec"]["devicePlugin"].get("env") or [] if e.get("name") != "HIDDEN_GPU_TOUCH"]
     env.append({"name": "HIDDEN_GPU_TOUCH", "value": str(time.monotonic_ns())})

@@ -28,6 +28,7 @@ from cluster import release
 from common.cli import EXIT_OK
 from common.names import (
     CLAIMS_POLICY_NAME,
+    CLUSTER_POLICIES_PATH,
     DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN_LABEL,
     ENV_KEYS_POLICY_NAME,
@@ -151,7 +152,7 @@ def operator(node_plane: ControlPlane, node: Node) -> Iterator[Path]:
         finally:
             node_plane.kill(gpu_operator.PROCESS) if gpu_operator.PROCESS in node_plane.processes else None
             with contextlib.suppress(ApiError):
-                node_plane.request("DELETE", f"/apis/nvidia.com/v1/clusterpolicies/{gpu_operator.CLUSTER_POLICY}")
+                node_plane.request("DELETE", f"{CLUSTER_POLICIES_PATH}/{gpu_operator.CLUSTER_POLICY}")
             eventually(lambda: not gpu_operator.plugin_pods(node_plane), "the operator's plugin pods gone")
             leave_the_node(node_plane, node)
 
