@@ -187,7 +187,6 @@ def start(plane: ControlPlane, module: Path) -> None:
             "DRIVER_MANAGER_IMAGE": _driver_manager_image(module),
         },
     )
-    plane.envs[PROCESS]["HIDDEN_GPU_PROBE"] = str(probe)
     wait_healthy(plane)
 
 
@@ -198,13 +197,15 @@ def _driver_manager_image(module: Path) -> str:
 
 
 def wait_healthy(plane: ControlPlane, seconds: float = 60) -> None:
-    probe = plane.envs[PROCESS]["HIDDEN_GPU_PROBE"]
+    # The probe's address, from the command line the process was started (or restarted) with.
+    flag = "--health-probe-bind-address="
+    address = next(a for a in plane.commands[PROCESS] if a.startswith(flag)).removeprefix(flag)
 
     def healthy() -> bool:
         if plane.processes[PROCESS].poll() is not None:
             raise RuntimeError(f"the GPU Operator exited: {plane.log(PROCESS)[-3000:]}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz", timeout=2) as response:
+            with urllib.request.urlopen(f"http://{address}/readyz", timeout=2) as response:
                 return bool(response.status == 200)
         except OSError:
             return False
