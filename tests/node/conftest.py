@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from common.names import device_plugin_name
+from common.names import (
+    CLAIMS_POLICY_NAME,
+    ENV_KEYS_POLICY_NAME,
+    NODE_SWITCHES_POLICY_NAME,
+    POLICY_NAME,
+    device_plugin_name,
+)
 from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import PLUGIN, PROBE
 from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node, pod_pid
@@ -150,6 +156,15 @@ class Sampler(threading.Thread):
 def apply_render(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
     for obj in objects:
         plane.apply(obj, manager="hidden-gpu")
+
+
+def delete_guard(plane: ControlPlane, *, missing_ok: bool = True) -> None:
+    """Delete every admission policy and binding a stack's guard leaves (retained on delete, by design): the modules
+    after one that ran `up` run routes without it. `missing_ok=False`: each must be there (a destroy retained it)."""
+    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME):
+            with contextlib.suppress(*((ApiError,) if missing_ok else ())):
+                plane.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/{name}")
 
 
 def remove_guard(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:

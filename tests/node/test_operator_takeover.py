@@ -27,14 +27,10 @@ from pulumi import automation as auto
 from cluster import release
 from common.cli import EXIT_OK
 from common.names import (
-    CLAIMS_POLICY_NAME,
     CLUSTER_POLICIES_PATH,
     DEPLOY_LABEL_PREFIX,
     DEVICE_PLUGIN_LABEL,
-    ENV_KEYS_POLICY_NAME,
-    NODE_SWITCHES_POLICY_NAME,
     OPERAND_LABELS,
-    POLICY_NAME,
     STACK_LABEL,
     device_plugin_name,
 )
@@ -42,7 +38,7 @@ from e2e import gpu_operator
 from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import OPERATOR_PLUGIN, OPERATOR_VALIDATOR, PLUGIN
 from e2e.node import Node, Toolkit
-from tests.node.conftest import NODE, PLUGIN_NAMESPACE, Sampler, eventually, stack
+from tests.node.conftest import NODE, PLUGIN_NAMESPACE, Sampler, delete_guard, eventually, stack
 from tests.real.harness import Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, HIDDEN
 
@@ -50,7 +46,6 @@ ALL = 1 + len(HIDDEN)  # the synthetic spec's GPUs: the stack's exposed and hidd
 VALIDATIONS = Path("/run/nvidia/validations")
 # The ClusterPolicy sections turned off: every operand but the device plugin (and the validator, which has no switch).
 OFF = ("driver", "toolkit", "gfd", "dcgm", "dcgmExporter", "migManager", "nodeStatusExporter")
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 TIMES = Stopwatch("gpu-operator-node")
 
 
@@ -162,10 +157,7 @@ def leave_the_node(plane: ControlPlane, node: Node) -> None:
     and record (a failed test never reached its destroy), and the labels and record the operator and the stack set."""
     with contextlib.suppress(ApiError):
         plane.request("DELETE", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(NODE)}")
-    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
-        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME):
-            with contextlib.suppress(ApiError):
-                plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
+    delete_guard(plane)
     for record in plane.request("GET", f"/api/v1/configmaps?labelSelector={STACK_LABEL}")["items"]:
         metadata = record["metadata"]
         plane.request("DELETE", f"/api/v1/namespaces/{metadata['namespace']}/configmaps/{metadata['name']}")
@@ -257,10 +249,7 @@ def test_the_operators_plugin_advertises_every_gpu_then_up_leaves_only_the_expos
 def with_release(node_plane: ControlPlane, node: Node, deployed: auto.Stack, work: Path) -> None:
     """destroy (the node patch retained: still hidden), then release: the operator's plugin back, every GPU."""
     deployed.destroy(on_output=None)
-    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
-        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME):
-            with contextlib.suppress(ApiError):
-                node_plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
+    delete_guard(node_plane)
     assert node.node()["metadata"]["labels"][DEVICE_PLUGIN_LABEL] == "false"
     other = work / "Pulumi.other.yaml"
     config = yaml.safe_load((work / "Pulumi.operatorup.yaml").read_text())["config"]

@@ -15,21 +15,16 @@ import yaml
 from pulumi import automation as auto
 
 from common.names import (
-    CLAIMS_POLICY_NAME,
-    ENV_KEYS_POLICY_NAME,
-    NODE_SWITCHES_POLICY_NAME,
-    POLICY_NAME,
     device_plugin_name,
 )
 from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import PLUGIN
 from e2e.node import Node, Toolkit
-from tests.node.conftest import GPU, NODE, PLUGIN_NAMESPACE, delete_pods, eventually, plugin_pod, stack
+from tests.node.conftest import GPU, NODE, PLUGIN_NAMESPACE, delete_guard, delete_pods, eventually, plugin_pod, stack
 from tests.real.harness import pulumi_stack
 from tests.support.stacks import EXPOSED
 
 STRATEGY = "envvar"
-ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 
 
 def pods_of_plugin(plane: ControlPlane) -> list[Any]:
@@ -55,9 +50,7 @@ def upped(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPat
     yield deployed
     deployed.destroy(on_output=None)
     delete_pods(node_plane, node)
-    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
-        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME):
-            node_plane.request("DELETE", f"{ADMISSION}/{kind}/{name}")
+    delete_guard(node_plane, missing_ok=False)
 
 
 def test_up_runs_the_plugin_on_the_real_kubelet(node_plane: ControlPlane, node: Node, upped: auto.Stack) -> None:

@@ -87,6 +87,11 @@ def pulumi_stack(
     return auto.create_or_select_stack(stack_name=name, project_name=PROJECT, program=inline, opts=options)
 
 
+def labels(plane: ControlPlane, node: str) -> dict[str, str]:
+    """The node's labels as the API server has them now."""
+    return dict(plane.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels") or {})
+
+
 def denial(plane: ControlPlane, obj: dict[str, Any], namespace: str = TENANT, identity: str = "tenant") -> str | None:
     """The API server's refusal of a dry-run create (by the tenant), or None when it admits it."""
     try:

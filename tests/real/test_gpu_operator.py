@@ -34,7 +34,7 @@ from common.names import (
 from e2e import gpu_operator
 from e2e.controlplane import ApiError, ControlPlane
 from tests.real.conftest import add_gpu_node, eventually, seeded_plane, set_node_status
-from tests.real.harness import Stopwatch, pulumi_stack
+from tests.real.harness import Stopwatch, labels, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
 pytestmark = pytest.mark.real
@@ -91,10 +91,6 @@ def cluster(bin_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             yield result
         finally:
             TIMES.record()
-
-
-def labels(plane: ControlPlane, node: str) -> dict[str, str]:
-    return dict(plane.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels") or {})
 
 
 def operands_on(plane: ControlPlane, node: str) -> set[str]:

@@ -41,7 +41,7 @@ from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
 from e2e.controlplane import ApiError, ControlPlane
 from offline import config_reference, render
 from tests.real.conftest import add_gpu_node, eventually, set_node_status
-from tests.real.harness import PLUGIN_NAMESPACE, Stopwatch, pulumi_stack
+from tests.real.harness import PLUGIN_NAMESPACE, Stopwatch, labels, pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
 
 STACK = "e2e"
@@ -108,10 +108,6 @@ def project(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Pr
     (work / "Pulumi.yaml").write_text(yaml.safe_dump(project_file, sort_keys=False))
     result.stack = pulumi_stack(work, STACK, own_project_file=True)
     return result
-
-
-def labels(plane: ControlPlane, node: str) -> dict[str, str]:
-    return dict(plane.request("GET", f"/api/v1/nodes/{node}")["metadata"].get("labels", {}))
 
 
 def plugin(plane: ControlPlane, node: str) -> dict[str, Any] | None:
