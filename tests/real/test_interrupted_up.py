@@ -29,6 +29,7 @@ from common.names import (
     CLAIMS_POLICY_NAME,
     DEVICE_PLUGIN_LABEL,
     ENV_KEYS_POLICY_NAME,
+    NODE_LABEL,
     NODE_SWITCHES_POLICY_NAME,
     POLICY_NAME,
 )
@@ -111,7 +112,15 @@ def start_over(plane: ControlPlane, stack: auto.Stack) -> None:
     """Back to a cluster that never had hidden-gpu: the stack's state emptied (the node switch and the guard are
     retained on delete, by design), then the operator's switch put back and the guard removed by hand."""
     stack.destroy(on_output=None)
-    # The switch back first: the sampler must not see a hidden node while the guard goes.
+    # The switch back first: the sampler must not see a hidden node while the guard goes. In the same write as the
+    # node label, as a release does: the node-switches policy (if the killed up got as far) refuses it alone.
+    for name in GPU_NODES:
+        plane.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}?fieldManager=gpu-operator",
+            {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: "true", NODE_LABEL: None}}},
+            content_type="application/merge-patch+json",
+        )
     operator_switch(plane)
     for collection, name in guard_present(plane):
         plane.request("DELETE", f"{collection}/{name}")
