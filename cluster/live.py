@@ -9,16 +9,16 @@ from typing import Any
 from cluster.kube import ForbiddenError, Reader
 from common.names import (
     DRA_API_PATH,
-    OPERATOR_PLUGIN_SELECTOR,
+    OPERATOR_OPERAND_APPS,
+    OPERATOR_PLUGIN_APP,
     PART_OF,
     PART_OF_LABEL,
-    PLUGIN_NAME,
-    PLUGIN_NAME_LABEL,
     STACK_LABEL,
 )
 from components.stack_claims import Claim
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
+OPERATOR_APPS = (OPERATOR_PLUGIN_APP, *OPERATOR_OPERAND_APPS.values())
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
 # What cluster/leftovers.py judges, by collection.
 LEFTOVER_PATHS = {
@@ -48,8 +48,10 @@ class Live:
     """The cluster as one LIST per kind returned it."""
 
     nodes: dict[str, dict[str, Any]]
+    # hidden-gpu's pods in the plugin's namespace (and an adopted plugin's): pinned plugins, GFD and dcgm-exporter.
     pinned: list[dict[str, Any]]
-    operator_plugins: list[dict[str, Any]]
+    # The GPU Operator's plugin, GFD and dcgm-exporter pods, everywhere (each reads every GPU of its node).
+    operator_pods: list[dict[str, Any]]
     runtime_classes: dict[str, dict[str, Any]]
     policies: dict[str, dict[str, Any]]
     bindings: dict[str, dict[str, Any]]
@@ -81,13 +83,9 @@ class Live:
         return cls(
             nodes=by_name(reader.list("/api/v1/nodes")),
             pinned=[
-                pod
-                for namespace in namespaces
-                for pod in reader.list(
-                    f"/api/v1/namespaces/{namespace}/pods", f"{OURS},{PLUGIN_NAME_LABEL}={PLUGIN_NAME}"
-                )
+                pod for namespace in namespaces for pod in reader.list(f"/api/v1/namespaces/{namespace}/pods", OURS)
             ],
-            operator_plugins=reader.list("/api/v1/pods", OPERATOR_PLUGIN_SELECTOR),
+            operator_pods=reader.list("/api/v1/pods", f"app in ({','.join(OPERATOR_APPS)})"),
             # Every class, not only ours: the guard judges a class as NVIDIA's unless the stack lists it as plain.
             runtime_classes=by_name(reader.list("/apis/node.k8s.io/v1/runtimeclasses")),
             policies=by_name(reader.list(f"{ADMISSION}/validatingadmissionpolicies", OURS)),

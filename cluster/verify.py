@@ -2,13 +2,13 @@
 
     python -m cluster.verify --stack prod [--context C] [--kubeconfig K] [--json] [--deadline 120]
 
-One LIST per kind for the whole stack (nodes, the pinned plugins, the operator's plugins, stack records,
-RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per node: capacity
-and allocatable equal what the stack advertises, the operator switches are set, no operator plugin
-runs there, and exactly one pinned plugin is Ready there whose NVIDIA_VISIBLE_DEVICES is the
-stack's exposed UUIDs, in order, and no other stack's record lists the node or its GPUs. Stack-wide:
-the stack's own record, the RuntimeClasses (and no class the guard takes as plain with an NVIDIA
-handler), both admission policies field by field (failure policy, matches, exemptions, variables,
+One LIST per kind for the whole stack (nodes, the pinned plugins and operands, the operator's plugins, GFD and
+dcgm-exporter, stack records, RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per
+node: capacity and allocatable equal what the stack advertises, the operator switches are set, no operator plugin,
+GFD or dcgm-exporter runs there, and exactly one pinned plugin (and one of each pinned operand) is Ready there whose
+NVIDIA_VISIBLE_DEVICES is the stack's exposed UUIDs, in order, and no other stack's record lists the node or its
+GPUs. Stack-wide: the stack's own record, the RuntimeClasses (and no class the guard takes as plain with an NVIDIA
+handler), each admission policy field by field (failure policy, matches, exemptions, variables,
 rules), their bindings (the stack's mode, every namespace), the void policy if
 `guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them. DRA
 (cluster/dra.py): no DeviceClass maps an NVIDIA resource name, the stack's DeviceClasses and their quotas are as
@@ -41,6 +41,11 @@ from common.names import (
     INSTANCE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
     OPERANDS_OFF_ANNOTATION,
+    OPERATOR_OPERAND_APPS,
+    OPERATOR_PLUGIN_APP,
+    PINNED_OPERANDS,
+    PLUGIN_NAME,
+    PLUGIN_NAME_LABEL,
     QUOTA_NAME,
     VISIBLE_DEVICES_ENV,
 )
@@ -48,7 +53,14 @@ from components.guard_rules import (
     GuardSettings,
     policy_specs,
 )
-from components.node_labels import gpu_device_classes, node_labels, operands_off, quota_hard, runtime_class_of
+from components.node_labels import (
+    gpu_device_classes,
+    node_labels,
+    operands_off,
+    pinned_operands,
+    quota_hard,
+    runtime_class_of,
+)
 from components.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
@@ -105,6 +117,26 @@ def _owner(pod: dict[str, Any]) -> str:
     return f"{refs[0].get('kind')} {refs[0].get('name')}" if refs else f"Pod {pod['metadata'].get('name')}"
 
 
+def _none_of_theirs(node: str, what: str, theirs: list[dict[str, Any]]) -> Check:
+    """No pod of this GPU Operator operand on the node: the DaemonSets the ones found belong to are named."""
+    owners = sorted({f"{p['metadata'].get('namespace')}/{_owner(p)}" for p in theirs})
+    return Check(node, f"GPU Operator {what} pods", "0", f"{len(theirs)} ({', '.join(owners)})" if theirs else "0")
+
+
+def _label(pod: dict[str, Any], key: str) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get(key)
+
+
+def _pinned(node: NodeConfig, what: str, mine: list[dict[str, Any]], *, runs: bool | None = None) -> Iterator[Check]:
+    """One Ready pod of the plugin (or a pinned operand) on the node where it runs, none elsewhere, and what it reads
+    is exactly the exposed UUIDs, in order."""
+    runs = bool(node.exposed_gpus) if runs is None else runs
+    yield Check(node.name, f"pinned {what} pods Ready", "1" if runs else "0", str(len([p for p in mine if _ready(p)])))
+    if runs:
+        actual = ";".join(sorted({_visible_devices(p) for p in mine})) or f"<no {what} pod>"
+        yield Check(node.name, f"{what} {VISIBLE_DEVICES_ENV}", ",".join(node.exposed_gpus), actual)
+
+
 def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     found = live.nodes.get(node.name)
     if found is None:
@@ -123,19 +155,18 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     annotations = (found.get("metadata") or {}).get("annotations") or {}
     record = annotations.get(OPERANDS_OFF_ANNOTATION, "<unset>")
     yield Check(node.name, f"annotation {OPERANDS_OFF_ANNOTATION}", operands_off(node), record)
-    theirs = _on(live.operator_plugins, node.name)
-    owners = sorted({f"{p['metadata'].get('namespace')}/{_owner(p)}" for p in theirs})
-    yield Check(
-        node.name, "GPU Operator device-plugin pods", "0", f"{len(theirs)} ({', '.join(owners)})" if theirs else "0"
-    )
-    mine = [
-        p for p in _on(live.pinned, node.name) if (p["metadata"].get("labels") or {}).get(INSTANCE_LABEL) == node.name
-    ]
-    ready = [p for p in mine if _ready(p)]
-    yield Check(node.name, "pinned plugin pods Ready", "1" if node.exposed_gpus else "0", str(len(ready)))
-    if node.exposed_gpus:
-        actual = ";".join(sorted({_visible_devices(p) for p in mine})) or "<no plugin pod>"
-        yield Check(node.name, f"plugin {VISIBLE_DEVICES_ENV}", ",".join(node.exposed_gpus), actual)
+    # The operator's plugin, GFD and dcgm-exporter read every GPU: none may run on a stack node.
+    theirs = _on(live.operator_pods, node.name)
+    yield _none_of_theirs(node.name, "device-plugin", [p for p in theirs if _label(p, "app") == OPERATOR_PLUGIN_APP])
+    for app in OPERATOR_OPERAND_APPS.values():
+        yield _none_of_theirs(node.name, app, [p for p in theirs if _label(p, "app") == app])
+    mine = [p for p in _on(live.pinned, node.name) if _label(p, INSTANCE_LABEL) == node.name]
+    yield from _pinned(node, "plugin", [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == PLUGIN_NAME])
+    planned = pinned_operands(node)
+    for operand in PINNED_OPERANDS.values():
+        pods = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == operand]
+        if operand in planned or pods:
+            yield from _pinned(node, operand, pods, runs=operand in planned)
     adopt = node.adopt_device_plugin
     if adopt is not None and node.exposed_gpus:
         found = live.adopted.get((adopt.namespace, adopt.name))

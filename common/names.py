@@ -49,6 +49,15 @@ class GuardMode(StrEnum):
     AUDIT = "audit"
 
 
+class OperandMode(StrEnum):
+    """What runs of a GPU-reading operand (GPU Feature Discovery, dcgm-exporter) on a hidden-gpu node, besides off."""
+
+    # hidden-gpu runs it, pinned to the exposed GPUs as the device plugin is; the operator's own stays off.
+    PINNED = "pinned"
+    # Neither runs (`false` in a stack file).
+    OFF = "off"
+
+
 class Role(StrEnum):
     """Which side of the node a listed GPU or MIG device is on."""
 
@@ -114,8 +123,15 @@ FIELD_MANAGER = PROJECT
 CONFIG_CHECKSUM_ANNOTATION = "hidden-gpu/plugin-config-sha256"
 # checkov reads in-manifest skips from `checkov.io/skip<N>: CHECK=reason`.
 SCAN_SKIP_ANNOTATION_PREFIX = "checkov.io/skip"
-# The GPU Operator's plugin DaemonSet labels its pods so.
-OPERATOR_PLUGIN_SELECTOR = "app=nvidia-device-plugin-daemonset"
+# The GPU Operator's plugin DaemonSet labels its pods so (`app=` this).
+OPERATOR_PLUGIN_APP = "nvidia-device-plugin-daemonset"
+
+# The operator's operands that read every GPU of a node, by the OperandsConfig field: hidden-gpu can run each itself,
+# pinned to the exposed GPUs (OperandMode.PINNED), under these names (its DaemonSet `<name>-<node>`, its pods'
+# app.kubernetes.io/name). The operator labels their pods `app=` these values (assets/gpu-feature-discovery and
+# assets/state-dcgm-exporter of gpu-operator@v0.0.0-20250917190837-d73a0086a6ba).
+PINNED_OPERANDS = {"gpu_feature_discovery": "gpu-feature-discovery", "dcgm_exporter": "dcgm-exporter"}
+OPERATOR_OPERAND_APPS = {"gpu_feature_discovery": "gpu-feature-discovery", "dcgm_exporter": "nvidia-dcgm-exporter"}
 
 # The keys of a node's entry that HiddenGpuNode also takes as Outputs (typed `pulumi.Input` in its generated
 # NodeSpec): they only fill objects' fields. The other keys decide which objects the node gets, known in any preview.
@@ -142,6 +158,12 @@ CLAIMS_POLICY_NAME = f"{PROJECT}-claims"
 QUOTA_NAME = f"{PROJECT}-quota"
 DEFAULT_PLUGIN_NAMESPACE = f"{PROJECT}-system"
 DEFAULT_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+# The plugin's image also carries gpu-feature-discovery: the pinned GFD runs from it, as the operator's GFD runs from
+# k8s-device-plugin (gpu-operator@v0.0.0-20250917190837-d73a0086a6ba deployments/gpu-operator/values.yaml:326-330).
+GFD_COMMAND = "gpu-feature-discovery"
+# What that operator commit runs as dcgm-exporter (values.yaml:286-290).
+DEFAULT_DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.3.1-4.4.0-ubuntu22.04"
+DCGM_EXPORTER_PORT = 9400
 # One sign by which the policy pack recognises a device plugin (with its label and its kubelet mount).
 PLUGIN_IMAGE_NAME = "k8s-device-plugin"
 OPERATOR_NAMESPACE = "gpu-operator"
@@ -194,8 +216,14 @@ def pool_class_name(pool: str) -> str:
     return f"{RUNTIME_CLASS_PREFIX}{POOL_CLASS_INFIX}{pool}"
 
 
-def plugin_labels(node_name: str) -> dict[str, str]:
-    return {PLUGIN_NAME_LABEL: PLUGIN_NAME, INSTANCE_LABEL: node_name, PART_OF_LABEL: PART_OF}
+def plugin_labels(node_name: str, name: str = PLUGIN_NAME) -> dict[str, str]:
+    """The labels of the DaemonSet `name` runs on this node (the plugin, or a pinned operand) and of its pods."""
+    return {PLUGIN_NAME_LABEL: name, INSTANCE_LABEL: node_name, PART_OF_LABEL: PART_OF}
+
+
+def pinned_operand_name(operand: str, node_name: str) -> str:
+    """The DaemonSet of a pinned operand (a PINNED_OPERANDS value) on this node."""
+    return f"{operand}-{node_name}"
 
 
 # --- Environment variables the NVIDIA stack reads ---
@@ -280,6 +308,10 @@ KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 # The toolkit reads a container's device requests from mounts below this path.
 DEVICE_REQUEST_DIR = "/var/run/nvidia-container-devices"
 PLUGIN_CONFIG_DIR = "/etc/nvidia-device-plugin"
+# Where GPU Feature Discovery writes its labels for NFD's worker to publish (the operator's GFD mounts it so).
+NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+# The kubelet's PodResources socket directory: dcgm-exporter maps GPUs to pods through it.
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 # Where CDI specs live on the host, and where the plugin sees the driver root (its Helm chart's mounts).
 CDI_SPEC_DIR = "/var/run/cdi"
 CONTAINER_DRIVER_ROOT = "/driver-root"

@@ -28,7 +28,6 @@ from common.names import (
     PLUGIN_CONFIG_DIR,
     PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
-    SCAN_SKIP_ANNOTATION_PREFIX,
     VISIBLE_DEVICES_ENV,
     DeviceListStrategy,
     MigStrategy,
@@ -39,10 +38,12 @@ from common.names import (
     runtime_class_name,
 )
 from components.inputs import derive, is_plain, validated_input
-from components.node_labels import node_labels, operands_off, runtime_class_of
+from components.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
+from components.node_pods import node_pod_spec, scan_exceptions, unprivileged
+from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
-from stack_config.models import AdoptedPluginConfig, DevicePluginConfig, NodeConfig, NodeName
+from stack_config.models import AdoptedPluginConfig, DevicePluginConfig, NodeConfig, NodeName, OperandsConfig
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
 SCAN_EXCEPTIONS = {
@@ -53,7 +54,6 @@ SCAN_EXCEPTIONS = {
     "CKV_K8S_40": "the plugin must create its socket in the root-owned /var/lib/kubelet/device-plugins",
     "CKV_K8S_15": "the image is pinned; Always would make a plugin restart depend on the registry",
 }
-DIGEST_EXCEPTION = ("CKV_K8S_43", "pinned by tag as configured; give devicePlugin.image a @sha256 digest to pin harder")
 EMPTY_OUTPUT = (
     "an Output that turned out empty: the plugin was declared before it was known (whether a node runs one decides "
     "which objects it gets); a node that hides every GPU says so with a plain empty list"
@@ -122,6 +122,15 @@ def _runs_plugin(spec: NodeSpec) -> bool:
     """Whether the node gets a plugin: decided before any Output is known, as a preview must list the objects."""
     exposed = spec.get("exposedGpus")
     return not isinstance(exposed, list | tuple) or len(exposed) > 0
+
+
+def _planned_operands(spec: NodeSpec, node: Node) -> list[str]:
+    """The pinned operands the node gets: decided before any Output is known, from keys that must be plain (_spec)."""
+    if isinstance(node, NodeConfig):
+        return pinned_operands(node)
+    operands = validated(OperandsConfig, spec.get("operands") or {}, ("node", "operands"))
+    mig = validated(MigStrategy, spec.get("migStrategy", MigStrategy.NONE), ("node", "migStrategy"))
+    return planned_operands(operands, exposes=_runs_plugin(spec), mig=mig)
 
 
 def _identity(component: str, spec: NodeSpec, node: Node) -> _Identity:
@@ -196,6 +205,9 @@ class HiddenGpuNode(pulumi.ComponentResource):
     """The plugin's config file, where the node time-slices."""
     device_plugin: k8s.apps.v1.DaemonSet | None
     """The pinned, unprivileged device plugin; None without exposed GPUs."""
+    operands: dict[str, k8s.apps.v1.DaemonSet]
+    """The GPU-reading operands hidden-gpu runs here pinned to the exposed GPUs (`gpu-feature-discovery`,
+    `dcgm-exporter`), by name: those the node's `operands` set `pinned`."""
     summary: pulumi.Output[NodeSummary]
     """The node's exported summary (exposed UUIDs, counts, object names): known in a preview where the node's values
     are."""
@@ -243,6 +255,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.runtime_class = None
         self.plugin_config = None
         self.device_plugin = None
+        self.operands = {}
         if runs_plugin:
             runtime_class: pulumi.Input[str]
             if pool_class is not None:
@@ -270,6 +283,20 @@ class HiddenGpuNode(pulumi.ComponentResource):
                 # (kubelet v1.36 devicemanager/plugin/v1beta1/handler.go runClient disconnects by resource name).
                 opts=pulumi.ResourceOptions(parent=self, depends_on=needs, delete_before_replace=True),
             )
+            # After the switch that takes the operator's own off the node: its GFD writes the same features file.
+            self.operands = {
+                operand: pinned_operand(
+                    name,
+                    operand,
+                    identity.name,
+                    node,
+                    plugin,
+                    namespace=args["plugin_namespace"],
+                    runtime_class=runtime_class,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
+                )
+                for operand in _planned_operands(spec, node)
+            }
 
         self.summary = pulumi.Output.from_input(derive(node, _summary))
         self.register_outputs({"summary": self.summary})
@@ -373,19 +400,13 @@ def _env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> li
 
 
 def _security_context(node: NodeConfig) -> k8s.core.v1.SecurityContextArgs:
-    # Privileged would give the container every GPU of the host whatever NVIDIA_VISIBLE_DEVICES
-    # says. MIG is the one exception to "no capabilities": the toolkit mounts the MIG monitor
+    # MIG is the one exception to "no capabilities": the toolkit mounts the MIG monitor
     # capability that NVIDIA_MIG_MONITOR_DEVICES asks for only into a container with SYS_ADMIN,
     # which it then treats as privileged: the variable is honoured whatever the toolkit's
     # unprivileged settings say. The plugin still sees only the GPUs it names (and every MIG
     # device of those GPUs, hence the config's split rule); tenants' SYS_ADMIN stays denied by
     # the access guard, which exempts only the plugin's namespace.
-    added = ["SYS_ADMIN"] if node.mig_strategy != MigStrategy.NONE else None
-    return k8s.core.v1.SecurityContextArgs(
-        privileged=False,
-        allow_privilege_escalation=False,
-        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=added),
-    )
+    return unprivileged(["SYS_ADMIN"] if node.mig_strategy != MigStrategy.NONE else None)
 
 
 def _volumes(
@@ -461,7 +482,7 @@ def _plugin_metadata(
     identity: _Identity, plugin: DevicePluginConfig, plugin_namespace: pulumi.Input[str]
 ) -> k8s.meta.v1.ObjectMetaArgs:
     adopt = identity.adopt
-    annotations = _scan_exceptions(plugin.image)
+    annotations = scan_exceptions(SCAN_EXCEPTIONS, plugin.image, "devicePlugin.image")
     if adopt is not None:
         # Taking over a hand-made DaemonSet: a forced server-side apply under hidden-gpu's field manager, not
         # `pulumi import`. The provider creates by server-side apply (a PATCH, so an existing object is upserted:
@@ -502,35 +523,7 @@ def _plugin_spec(
         ),
         volume_mounts=mounts,
     )
-    pod_spec = k8s.core.v1.PodSpecArgs(
-        # Exactly this node, by its name: the DaemonSet controller itself schedules by metadata.name.
-        affinity=k8s.core.v1.AffinityArgs(
-            node_affinity=k8s.core.v1.NodeAffinityArgs(
-                required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
-                    node_selector_terms=[
-                        k8s.core.v1.NodeSelectorTermArgs(
-                            match_fields=[
-                                k8s.core.v1.NodeSelectorRequirementArgs(
-                                    key="metadata.name", operator="In", values=[node.name]
-                                )
-                            ]
-                        )
-                    ]
-                )
-            )
-        ),
-        runtime_class_name=runtime_class,
-        priority_class_name=plugin.priority_class_name,
-        image_pull_secrets=[k8s.core.v1.LocalObjectReferenceArgs(name=s) for s in plugin.image_pull_secrets] or None,
-        # The plugin talks to the kubelet over its socket, never to the API server.
-        automount_service_account_token=False,
-        security_context=k8s.core.v1.PodSecurityContextArgs(
-            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
-        ),
-        tolerations=[k8s.core.v1.TolerationArgs(**t.model_dump(exclude_none=True)) for t in plugin.tolerations],
-        containers=[container],
-        volumes=volumes,
-    )
+    pod_spec = node_pod_spec(node.name, plugin, runtime_class, [container], volumes)
     checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
     return k8s.apps.v1.DaemonSetSpecArgs(
         selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
@@ -545,12 +538,3 @@ def _plugin_spec(
             metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels, annotations=checksum), spec=pod_spec
         ),
     )
-
-
-def _scan_exceptions(image: str) -> dict[str, str]:
-    """checkov's in-manifest skips (`checkov.io/skipN: CHECK=reason`), one per deliberate exception."""
-    exceptions = list(SCAN_EXCEPTIONS.items()) + ([] if "@sha256:" in image else [DIGEST_EXCEPTION])
-    return {
-        f"{SCAN_SKIP_ANNOTATION_PREFIX}{n}": f"{check}={reason}"
-        for n, (check, reason) in enumerate(exceptions, start=1)
-    }

@@ -12,12 +12,15 @@ from common.names import (
     GPU_QUOTA_KEY,
     NODE_LABEL,
     OPERAND_LABELS,
+    PINNED_OPERANDS,
     POOL_LABEL,
+    MigStrategy,
+    OperandMode,
     dra_quota_key,
     pool_class_name,
     runtime_class_name,
 )
-from stack_config.models import NodeConfig, StackConfig
+from stack_config.models import NodeConfig, OperandsConfig, StackConfig
 
 
 def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
@@ -68,13 +71,39 @@ def operands_off(node: NodeConfig) -> str:
     return ",".join(label.removeprefix(DEPLOY_LABEL_PREFIX) for label in operator_labels(node))
 
 
+def operand_setting(
+    operands: OperandsConfig, field: str, *, exposes: bool, mig: MigStrategy = MigStrategy.NONE
+) -> bool | OperandMode:
+    """An operand's setting with its default filled in: on (the operator's), off, or pinned (hidden-gpu's)."""
+    wanted: bool | OperandMode | None = getattr(operands, field)
+    if wanted is not None:
+        return wanted
+    if field == "dcgm_exporter":
+        # Metrics of the exposed GPUs stay, of them alone; with MIG the pinned one is not offered (models.py).
+        return OperandMode.PINNED if exposes and mig == MigStrategy.NONE else OperandMode.OFF
+    # The validator's plugin check waits for an NVIDIA resource: a node with none never passes it
+    # (gpu-operator cmd/nvidia-validator/main.go, validateGPUResource).
+    return exposes
+
+
+def planned_operands(operands: OperandsConfig, *, exposes: bool, mig: MigStrategy) -> list[str]:
+    """The operands hidden-gpu runs on a node itself, pinned to its exposed GPUs (PINNED_OPERANDS values)."""
+    return [
+        name
+        for field, name in PINNED_OPERANDS.items()
+        if operand_setting(operands, field, exposes=exposes, mig=mig) == OperandMode.PINNED
+    ]
+
+
+def pinned_operands(node: NodeConfig) -> list[str]:
+    return planned_operands(node.operands, exposes=bool(node.exposed_gpus), mig=node.mig_strategy)
+
+
 def operator_labels(node: NodeConfig) -> dict[str, str]:
-    """The GPU Operator's per-node switches: its device plugin always off, other operands as configured."""
+    """The GPU Operator's per-node switches: its device plugin always off, other operands as configured (a pinned
+    one is the operator's off)."""
     labels = {DEVICE_PLUGIN_LABEL: "false"}
     for field, label in OPERAND_LABELS.items():
-        wanted = getattr(node.operands, field)
-        # The validator's plugin check waits for an NVIDIA resource: a node with none never passes it
-        # (gpu-operator cmd/nvidia-validator/main.go, validateGPUResource).
-        if not (wanted if wanted is not None else bool(node.exposed_gpus)):
+        if operand_setting(node.operands, field, exposes=bool(node.exposed_gpus), mig=node.mig_strategy) is not True:
             labels[label] = "false"
     return labels

@@ -10,25 +10,27 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from common.names import DeviceListStrategy, GuardMode, MigStrategy, ToolkitSettingsSource
+from common.names import DeviceListStrategy, GuardMode, MigStrategy, OperandMode, ToolkitSettingsSource
 
 
 class OperandsSpec(TypedDict):
     """Which other GPU Operator operands still run on the node (`nvidia.com/gpu.deploy.<operand>`)."""
 
-    gpuFeatureDiscovery: NotRequired[bool]
-    """Run GPU Feature Discovery here. Off: its labels (`nvidia.com/gpu.count`, `.product`, `.memory`)
-    count the hidden GPUs too, and it runs privileged."""
+    gpuFeatureDiscovery: NotRequired[OperandMode]
+    """`pinned`: hidden-gpu runs GPU Feature Discovery here, pinned to the exposed GPUs as the plugin is:
+    its labels (`nvidia.com/gpu.count`, `.product`, `.memory`) count and name only those. `false`
+    (`off`): no GPU labels. `true`, the operator's own, is refused: it labels every GPU of the node, the
+    hidden ones too, and runs privileged."""
     migManager: NotRequired[bool]
     """Run the MIG manager here. Off: it applies MIG profiles to every GPU, the other organisation's too."""
     dcgm: NotRequired[bool]
     """Run the operator's standalone DCGM host engine here. Off: it serves every GPU of the node,
     unauthenticated, to any pod on the node (a node-local Service on port 5555); dcgm-exporter then
     embeds its own."""
-    dcgmExporter: NotRequired[bool]
-    """Run dcgm-exporter here. It only reads metrics, but of every GPU: set `false` if hidden GPUs' metrics
-    must not reach your monitoring. Default: on where some GPU is exposed, off where every GPU is
-    hidden."""
+    dcgmExporter: NotRequired[OperandMode]
+    """`pinned`: hidden-gpu runs dcgm-exporter here, pinned to the exposed GPUs: no series of a hidden GPU.
+    `false` (`off`): none. Default: `pinned` where some GPU is exposed (without MIG), `false` elsewhere.
+    `true`, the operator's own, is refused: it reads every GPU of the node."""
     operatorValidator: NotRequired[bool]
     """Run the operator's validator here. Default: off where every GPU is hidden (its plugin validation
     waits for an NVIDIA resource the node never advertises, so it would never turn Ready), on elsewhere."""
@@ -149,6 +151,10 @@ class DevicePluginSpec(TypedDict):
     """Secrets in the plugin namespace to pull the image with (the Helm chart's `imagePullSecrets`)."""
     resources: NotRequired[PluginResourcesSpec]
     """The plugin container's requests and limits (the Helm chart's `resources`)."""
+    dcgmExporterImage: NotRequired[str]
+    """The image of the pinned dcgm-exporter (`nodes[].operands.dcgmExporter: pinned`); the pinned GPU
+    Feature Discovery runs from `image`, which carries it. Both run in the plugin's namespace with its
+    tolerations, priority class and pull secrets."""
     nvidiaDriverRoot: NotRequired[str]
     """With `cdi-cri`: where the driver's files are on the host (the Helm chart's `nvidiaDriverRoot`): `/`
     for a driver installed on the host, `/run/nvidia/driver` for the GPU Operator's driver container."""

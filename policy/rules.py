@@ -21,6 +21,7 @@ from common.names import (
     ENV_KEYS_POLICY_NAME,
     KUBELET_DEVICE_PLUGINS,
     OPERATOR_RUNTIME_CLASSES,
+    PINNED_OPERANDS,
     PLUGIN_IMAGE_NAME,
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
@@ -41,16 +42,23 @@ def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:
 def _is_device_plugin(props: Mapping[str, Any]) -> bool:
     """A DaemonSet that is a device plugin by any sign: the label verify selects by, NVIDIA's image, or a
     mount of the kubelet's device-plugin directory (how any plugin registers). One sign is enough: a
-    renamed image or a missing label must not take the plugin out of the rules."""
+    renamed image or a missing label must not take the plugin out of the rules. hidden-gpu's pinned operands
+    (GFD, dcgm-exporter) read GPUs as the plugin does and are held to the same rules."""
     template_labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
     pod = _pod_spec(props)
     containers = [*pod.get("initContainers", []), *pod.get("containers", [])]
     mounts = {(v.get("hostPath") or {}).get("path", "").rstrip("/") for v in pod.get("volumes", []) or []}
     return (
-        template_labels.get(PLUGIN_NAME_LABEL) == PLUGIN_NAME
+        template_labels.get(PLUGIN_NAME_LABEL) in (PLUGIN_NAME, *PINNED_OPERANDS.values())
         or any(PLUGIN_IMAGE_NAME in str(c.get("image", "")) for c in containers)
         or KUBELET_DEVICE_PLUGINS in mounts
     )
+
+
+def _operand(props: Mapping[str, Any]) -> bool:
+    """One of hidden-gpu's pinned operands (GFD, dcgm-exporter), by its pods' name label."""
+    labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+    return labels.get(PLUGIN_NAME_LABEL) in PINNED_OPERANDS.values()
 
 
 def _plugin_containers(resource_type: str, props: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -140,7 +148,12 @@ def plugin_nodes_have_label_patch(args: StackValidationArgs, report_violation: R
     patched = set(_patched_nodes(args.resources))
     for resource in args.resources:
         node = _pinned_node(resource.props)
-        if _plugin_containers(resource.resource_type, resource.props) and node not in patched:
+        # One finding per plugin; the pinned operands beside it go with its node's patch.
+        if (
+            _plugin_containers(resource.resource_type, resource.props)
+            and node not in patched
+            and not _operand(resource.props)
+        ):
             report_violation(
                 f"node '{node}' gets a pinned device plugin but no {DEVICE_PLUGIN_LABEL}=false patch: "
                 "the GPU Operator's all-GPU plugin would run beside it",

@@ -19,6 +19,7 @@ from common.names import (
     BASELINE_CAPABILITIES,
     CLUSTER_NAMESPACES,
     DEFAULT_CLUSTER_POLICY,
+    DEFAULT_DCGM_EXPORTER_IMAGE,
     DEFAULT_EXEMPT_NAMESPACES,
     DEFAULT_PLUGIN_IMAGE,
     DEFAULT_PLUGIN_NAMESPACE,
@@ -33,6 +34,7 @@ from common.names import (
     DeviceListStrategy,
     GuardMode,
     MigStrategy,
+    OperandMode,
     Role,
     ToolkitSettingsSource,
     plugin_labels,
@@ -222,20 +224,38 @@ class _Model(BaseModel):
     )
 
 
+def _operand_switch(value: object) -> object:
+    # `false` was the only value before `pinned`: it keeps its meaning. `true` ran the operator's own.
+    if value is False:
+        return OperandMode.OFF
+    if value is True:
+        raise ValueError(
+            "the GPU Operator's own reads every GPU of the node, the hidden ones too: "
+            "`pinned` runs one that sees only the exposed GPUs, or `false`"
+        )
+    return value
+
+
+# A GPU-reading operand: `pinned` or `false` (`off`).
+OperandSwitch = Annotated[OperandMode, LaxEnum, BeforeValidator(_operand_switch)]
+
+
 class OperandsConfig(_Model):
     """Which other GPU Operator operands still run on the node (`nvidia.com/gpu.deploy.<operand>`)."""
 
-    gpu_feature_discovery: bool = False
-    """Run GPU Feature Discovery here. Off: its labels (`nvidia.com/gpu.count`, `.product`, `.memory`) count the hidden
-    GPUs too, and it runs privileged."""
+    gpu_feature_discovery: OperandSwitch = OperandMode.OFF
+    """`pinned`: hidden-gpu runs GPU Feature Discovery here, pinned to the exposed GPUs as the plugin is: its labels
+    (`nvidia.com/gpu.count`, `.product`, `.memory`) count and name only those. `false` (`off`): no GPU labels. `true`,
+    the operator's own, is refused: it labels every GPU of the node, the hidden ones too, and runs privileged."""
     mig_manager: bool = False
     """Run the MIG manager here. Off: it applies MIG profiles to every GPU, the other organisation's too."""
     dcgm: bool = False
     """Run the operator's standalone DCGM host engine here. Off: it serves every GPU of the node, unauthenticated, to
     any pod on the node (a node-local Service on port 5555); dcgm-exporter then embeds its own."""
-    dcgm_exporter: bool | None = None
-    """Run dcgm-exporter here. It only reads metrics, but of every GPU: set `false` if hidden GPUs' metrics must not
-    reach your monitoring. Default: on where some GPU is exposed, off where every GPU is hidden."""
+    dcgm_exporter: OperandSwitch | None = None
+    """`pinned`: hidden-gpu runs dcgm-exporter here, pinned to the exposed GPUs: no series of a hidden GPU. `false`
+    (`off`): none. Default: `pinned` where some GPU is exposed (without MIG), `false` elsewhere. `true`, the
+    operator's own, is refused: it reads every GPU of the node."""
     operator_validator: bool | None = None
     """Run the operator's validator here. Default: off where every GPU is hidden (its plugin validation waits for an
     NVIDIA resource the node never advertises, so it would never turn Ready), on elsewhere."""
@@ -420,6 +440,10 @@ class DevicePluginConfig(_Model):
     """Secrets in the plugin namespace to pull the image with (the Helm chart's `imagePullSecrets`)."""
     resources: PluginResources = PluginResources()
     """The plugin container's requests and limits (the Helm chart's `resources`)."""
+    dcgm_exporter_image: ImageRef = DEFAULT_DCGM_EXPORTER_IMAGE
+    """The image of the pinned dcgm-exporter (`nodes[].operands.dcgmExporter: pinned`); the pinned GPU Feature
+    Discovery runs from `image`, which carries it. Both run in the plugin's namespace with its tolerations, priority
+    class and pull secrets."""
     nvidia_driver_root: HostPath = "/"
     """With `cdi-cri`: where the driver's files are on the host (the Helm chart's `nvidiaDriverRoot`): `/` for a
     driver installed on the host, `/run/nvidia/driver` for the GPU Operator's driver container."""
@@ -666,6 +690,7 @@ def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
             node.name,
             f"node names starting with {POOL_CLASS_INFIX!r} would collide with pool RuntimeClasses",
         )
+    yield from _operand_problems(node)
     if node.exposed_gpus and node.operands.container_toolkit is False:
         yield (
             ("operands", "containerToolkit"),
@@ -676,6 +701,27 @@ def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
     first_place: dict[str, Loc] = {}
     yield from _duplicates(node, first_place)
     yield from _mig_problems(node, first_place)
+
+
+def _operand_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
+    """A pinned GFD or dcgm-exporter reads the GPUs its container is given: it needs one and, for now, whole GPUs
+    (the operator's own, which reads every GPU, is refused as it is read: _operand_switch)."""
+    for field, value in (
+        ("gpuFeatureDiscovery", node.operands.gpu_feature_discovery),
+        ("dcgmExporter", node.operands.dcgm_exporter),
+    ):
+        loc = ("operands", field)
+        if value == OperandMode.PINNED and not node.exposed_gpus:
+            yield loc, value, "the node exposes no GPU, so a pinned one would read none: set `false`"
+        elif value == OperandMode.PINNED and node.mig_strategy != MigStrategy.NONE:
+            yield (
+                loc,
+                value,
+                (
+                    "not with a MIG strategy yet: reading MIG devices takes the MIG monitor capability (SYS_ADMIN), "
+                    "which hidden-gpu gives only its plugin; set `false`"
+                ),
+            )
 
 
 def _adoption_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:

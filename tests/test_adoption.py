@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, Token, plugin_labels
+from common.names import DEFAULT_PLUGIN_NAMESPACE, plugin_labels
 from offline.program import run_program
 from stack_config import InvalidConfigError, parse_project_config
-from tests.support.objects import only
+from tests.support.objects import only, plugins
 from tests.support.stacks import changed, node
 
 ADOPT: dict[str, Any] = {
@@ -26,9 +26,7 @@ def adopting(**overrides: Any) -> dict[str, Any]:
 
 
 def test_the_adopted_daemonset_keeps_its_name_selector_and_container() -> None:
-    plain, adopted = (
-        only(run_program(c, "test").of_type(Token.DAEMONSET)) for c in (changed(lambda c: None), adopting())
-    )
+    plain, adopted = (only(plugins(run_program(c, "test"))) for c in (changed(lambda c: None), adopting()))
     assert adopted.name == plain.name  # the same resource, so no URN changes and no replacement
     metadata, spec = adopted.inputs["metadata"], adopted.inputs["spec"]
     assert (metadata["namespace"], metadata["name"]) == ("kube-system", "nvidia-device-plugin-pinned")

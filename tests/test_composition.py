@@ -20,7 +20,7 @@ from offline.program import PatchWithoutNameError, ProgramRun, run_callable, run
 from offline.sdk import UNKNOWN
 from policy.rules import RESOURCE_VALIDATORS, plugin_nodes_have_label_patch
 from stack_config.errors import InvalidInputError
-from tests.support.objects import env_of, only
+from tests.support.objects import env_of, only, plugins
 from tests.support.stacks import EXPOSED, HIDDEN, changed, node
 from tests.test_policy import Collected, policy_resource, resource_args
 
@@ -67,7 +67,7 @@ def declared(run: ProgramRun) -> dict[str, dict[str, Any]]:
 
 
 def visible_devices(run: ProgramRun) -> str:
-    pod = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(plugins(run)).inputs["spec"]["template"]["spec"]
     return env_of(pod["containers"][0])[VISIBLE_DEVICES_ENV]
 
 
@@ -215,7 +215,7 @@ def test_a_preview_that_does_not_know_the_uuids_leaves_their_fields_unknown_and_
     name is known all the same: the provider's check refuses a patch without one, in a preview too (the mocks do
     as it does), and would name the other objects itself."""
     previewed = run_callable(consumer([EXPOSED], HIDDEN, from_resource, name_source=name_source), "test", preview=True)
-    daemonset = only(previewed.of_type(Token.DAEMONSET)).inputs
+    daemonset = only(plugins(previewed)).inputs
     assert unknown_at(daemonset, "spec", "template", "spec", "containers")
     assert daemonset["metadata"]["name"] == device_plugin_name(NAME)
     patch = only(previewed.of_type(Token.NODE_PATCH)).inputs

@@ -22,7 +22,7 @@ from host import audit, discover
 from offline import diff, render
 from offline.program import LiveObjectMissingError, run_program
 from tests.support.fake_nvml import FakeGpu, fake_nvml
-from tests.support.objects import only
+from tests.support.objects import only, plugins
 from tests.support.stacks import (
     CLUSTER_YAML,
     EXPOSED,
@@ -301,7 +301,7 @@ def test_namespaces_the_cluster_owns_are_never_created(
         f"error: {tmp_path / 'Pulumi.case.yaml'}:19: hidden-gpu:devicePlugin.createNamespace = true: namespace {namespace}"
     )
     reused = changed(lambda c: c["hidden-gpu:devicePlugin"].update({"namespace": namespace, "createNamespace": False}))
-    assert only(run_program(reused, "test").of_type(Token.DAEMONSET)).inputs["metadata"]["namespace"] == namespace
+    assert only(plugins(run_program(reused, "test"))).inputs["metadata"]["namespace"] == namespace
     assert DEFAULT_PLUGIN_NAMESPACE not in (namespace,)
 
 

@@ -39,6 +39,8 @@ def test_one_uuid_change_names_the_object_and_the_field(tmp_path: Path, capsys: 
         "    gpu-node-01  ■□□ -> □■□",  # a swap: the counts stay, two marks change places
         "~ changed configmap.hidden-gpu-system.hidden-gpu-stack-case.yaml",
         f"    data.node.gpu-node-01: {EXPOSED} -> {HIDDEN[0]}",
+        "~ changed daemonset.hidden-gpu-system.dcgm-exporter-gpu-node-01.yaml",
+        f"    spec.template.spec.containers[dcgm-exporter].env[NVIDIA_VISIBLE_DEVICES].value: {EXPOSED} -> {HIDDEN[0]}",
         "~ changed daemonset.hidden-gpu-system.nvidia-device-plugin-gpu-node-01.yaml",
         "    spec.template.spec.containers[nvidia-device-plugin].env[NVIDIA_VISIBLE_DEVICES].value: "
         f"{EXPOSED} -> {HIDDEN[0]}",
@@ -57,14 +59,13 @@ def test_added_and_removed_objects(tmp_path: Path) -> None:
 def test_new_field_and_identical_renders(tmp_path: Path) -> None:
     base = render_config(tmp_path, "base", valid_config())
     assert diff.diff(base, base) == "no changes"
-    head = render_config(
-        tmp_path, "head", changed(lambda c: node(c).__setitem__("operands", {"gpuFeatureDiscovery": True}))
-    )
+    head = render_config(tmp_path, "head", changed(lambda c: node(c).__setitem__("operands", {"migManager": True})))
     assert diff.diff(base, head).splitlines() == [
         "~ changed nodepatch.gpu-node-01.yaml",
-        "    metadata.annotations.hidden-gpu.io/operands-off: device-plugin,gpu-feature-discovery,mig-manager,dcgm"
-        " -> device-plugin,mig-manager,dcgm",
-        "    metadata.labels.nvidia.com/gpu.deploy.gpu-feature-discovery: 'false' -> (absent)",
+        "    metadata.annotations.hidden-gpu.io/operands-off:"
+        " device-plugin,gpu-feature-discovery,mig-manager,dcgm,dcgm-exporter"
+        " -> device-plugin,gpu-feature-discovery,dcgm,dcgm-exporter",
+        "    metadata.labels.nvidia.com/gpu.deploy.mig-manager: 'false' -> (absent)",
     ]
 
 

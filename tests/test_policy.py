@@ -26,7 +26,8 @@ from policy.rules import (
     plugin_unprivileged,
 )
 from stack_config import read_stack_file
-from tests.support.stacks import valid_config, with_mig
+from tests.support.objects import only, plugins
+from tests.support.stacks import changed, valid_config, with_mig
 
 STACK_FILES = stack_files()
 OPTS = PolicyResourceOptions(
@@ -74,7 +75,7 @@ def stack_violations(resources: list[PolicyResource]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def daemonset() -> Declared:
-    return next(r for r in run_program(valid_config(), "test").resources if r.type.endswith("DaemonSet"))
+    return only(plugins(run_program(valid_config(), "test")))
 
 
 def plugin_container(props: dict[str, Any]) -> dict[str, Any]:
@@ -166,6 +167,27 @@ def test_a_daemonset_that_is_not_a_device_plugin_is_ignored(daemonset: Declared)
     del props["spec"]["template"]["spec"]["affinity"]
     for _, validator in RESOURCE_VALIDATORS.values():
         assert violations(validator, daemonset.type, props) == []
+
+
+@pytest.mark.parametrize("operand", ["dcgm-exporter", "gpu-feature-discovery"])
+def test_a_pinned_operand_is_held_to_the_plugins_rules(operand: str) -> None:
+    """hidden-gpu's GFD and dcgm-exporter read GPUs as the plugin does: privileged, given `all`, or on every node,
+    each is refused as a plugin would be."""
+    run = run_program(
+        changed(lambda c: c["hidden-gpu:nodes"][0].__setitem__("operands", {"gpuFeatureDiscovery": "pinned"})), "test"
+    )
+    declared = next(d for d in run.of_type(Token.DAEMONSET) if d.name.endswith(operand))
+    assert [violations(v, declared.type, declared.inputs) for _, v in RESOURCE_VALIDATORS.values()] == [
+        [] for _ in RESOURCE_VALIDATORS
+    ]
+    props = copy.deepcopy(declared.inputs)
+    container = plugin_container(props)
+    container["securityContext"]["privileged"] = True
+    next(e for e in container["env"] if e["name"] == "NVIDIA_VISIBLE_DEVICES")["value"] = "all"
+    del props["spec"]["template"]["spec"]["affinity"]
+    assert len(violations(plugin_unprivileged, declared.type, props)) == 1
+    assert len(violations(plugin_devices_are_uuids, declared.type, props)) == 1
+    assert len(violations(plugin_pinned_to_one_node, declared.type, props)) == 1
 
 
 @pytest.mark.parametrize("name", ["nvidia", "nvidia-cdi", "nvidia-legacy"])

@@ -25,7 +25,7 @@ from common.names import (
 from offline import render
 from offline.program import ProgramRun, run_program
 from stack_config import read_stack_file
-from tests.support.objects import env_of, only
+from tests.support.objects import env_of, only, plugins
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN, changed, cluster_policy_patched, node
 
 
@@ -42,13 +42,14 @@ def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
             "nvidia.com/gpu.deploy.gpu-feature-discovery": "false",
             "nvidia.com/gpu.deploy.mig-manager": "false",
             "nvidia.com/gpu.deploy.dcgm": "false",
+            # The operator's exporter reads every GPU: hidden-gpu's pinned one replaces it where a GPU is exposed.
+            "nvidia.com/gpu.deploy.dcgm-exporter": "false",
             NODE_LABEL: name,
         }
-        # Every GPU of gpu-node-02 is hidden: the validator's plugin check could never pass there, the
-        # exporter would watch only the partner's GPUs, and no pod there may run NVIDIA's runtime at all.
+        # Every GPU of gpu-node-02 is hidden: the validator's plugin check could never pass there, and no pod
+        # there may run NVIDIA's runtime at all.
         if name == "gpu-node-02":
             expected["nvidia.com/gpu.deploy.operator-validator"] = "false"
-            expected["nvidia.com/gpu.deploy.dcgm-exporter"] = "false"
             expected["nvidia.com/gpu.deploy.container-toolkit"] = "false"
         assert patch.inputs["metadata"]["labels"] == expected
         assert patch.inputs["metadata"]["annotations"]["pulumi.com/patchForce"] == "true"
@@ -56,7 +57,7 @@ def test_every_node_gets_the_label_patch(run: ProgramRun) -> None:
 
 
 def test_plugin_is_pinned_to_the_exposed_gpus_on_its_node_only(run: ProgramRun) -> None:
-    daemonset = only(run.of_type(Token.DAEMONSET))
+    daemonset = only(plugins(run))
     pod = daemonset.inputs["spec"]["template"]["spec"]
     container = only_container(pod)
     env = env_of(container)
@@ -78,7 +79,7 @@ def only_container(pod: dict[str, object]) -> dict[str, object]:
 
 
 def test_plugin_is_unprivileged(run: ProgramRun) -> None:
-    pod = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(plugins(run)).inputs["spec"]["template"]["spec"]
     security = only_container(pod)["securityContext"]
     assert security == {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert "hostPID" not in pod and "hostNetwork" not in pod
@@ -86,7 +87,7 @@ def test_plugin_is_unprivileged(run: ProgramRun) -> None:
 
 
 def test_plugin_has_what_a_device_plugin_pod_needs(run: ProgramRun) -> None:
-    pod = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(plugins(run)).inputs["spec"]["template"]["spec"]
     container = only_container(pod)
     assert pod["volumes"] == [
         {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}}
@@ -110,7 +111,7 @@ def test_runtime_class_is_pinned_to_the_node_and_not_the_operators(run: ProgramR
 
 def test_plugin_waits_for_the_label_patch(run: ProgramRun) -> None:
     """Created after the patch; Pulumi deletes dependents first, so on destroy it goes first."""
-    daemonset = only(run.of_type(Token.DAEMONSET))
+    daemonset = only(plugins(run))
     patch = only([r for r in run.of_type(Token.NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01"])
     assert patch.urn in daemonset.dependencies
 
@@ -153,7 +154,7 @@ def test_plugin_namespace_is_created_for_privileged_pod_security(run: ProgramRun
     namespace = only(run.of_type(Token.NAMESPACE))
     assert namespace.inputs["metadata"]["name"] == DEFAULT_PLUGIN_NAMESPACE
     assert namespace.inputs["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
-    assert namespace.urn in only(run.of_type(Token.DAEMONSET)).dependencies
+    assert namespace.urn in only(plugins(run)).dependencies
 
 
 def test_existing_namespace_is_reused() -> None:
@@ -162,7 +163,7 @@ def test_existing_namespace_is_reused() -> None:
     )
     run = run_program(config, "test")
     assert run.of_type(Token.NAMESPACE) == []
-    assert only(run.of_type(Token.DAEMONSET)).inputs["metadata"]["namespace"] == "gpu-system"
+    assert only(plugins(run)).inputs["metadata"]["namespace"] == "gpu-system"
 
 
 def test_every_object_goes_through_the_one_configured_provider(run: ProgramRun) -> None:
@@ -207,20 +208,26 @@ def test_outputs_per_node(run: ProgramRun) -> None:
 def test_two_exposed_gpus_are_comma_separated() -> None:
     second = HIDDEN[0]
     config = changed(lambda c: node(c).update({"exposedGpus": [EXPOSED, second], "hiddenGpus": HIDDEN[1:]}))
-    pod = only(run_program(config, "test").of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(plugins(run_program(config, "test"))).inputs["spec"]["template"]["spec"]
     assert env_of(only_container(pod))["NVIDIA_VISIBLE_DEVICES"] == f"{EXPOSED},{second}"
 
 
 def test_operand_switches_follow_the_config() -> None:
-    operands = {"gpuFeatureDiscovery": True, "dcgmExporter": False, "dcgm": True}
+    operands = {"gpuFeatureDiscovery": "pinned", "dcgmExporter": False, "dcgm": True}
     run = run_program(changed(lambda c: node(c).__setitem__("operands", operands)), "test")
     patch = next(r for r in run.of_type(Token.NODE_PATCH) if r.inputs["metadata"]["name"] == "gpu-node-01")
+    # A pinned operand is the operator's off.
     assert patch.inputs["metadata"]["labels"] == {
         DEVICE_PLUGIN_LABEL: "false",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "false",
         "nvidia.com/gpu.deploy.mig-manager": "false",
         "nvidia.com/gpu.deploy.dcgm-exporter": "false",
         NODE_LABEL: "gpu-node-01",
     }
+    assert sorted(d.name for d in run.of_type(Token.DAEMONSET)) == [
+        "gpu-node-01-device-plugin",
+        "gpu-node-01-gpu-feature-discovery",
+    ]
 
 
 def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
@@ -241,7 +248,7 @@ def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
 
 def test_plugin_pods_get_no_network(run: ProgramRun) -> None:
     policy = only(run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")).inputs
-    pod_labels = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["metadata"]["labels"]
+    pod_labels = only(plugins(run)).inputs["spec"]["template"]["metadata"]["labels"]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()
     assert policy["metadata"]["namespace"] == DEFAULT_PLUGIN_NAMESPACE
@@ -250,12 +257,12 @@ def test_plugin_pods_get_no_network(run: ProgramRun) -> None:
 
 
 def test_scan_exceptions_carry_reasons_and_drop_the_digest_one_for_digests(run: ProgramRun) -> None:
-    skips = only(run.of_type(Token.DAEMONSET)).inputs["metadata"]["annotations"]
+    skips = only(plugins(run)).inputs["metadata"]["annotations"]
     assert all("=" in value and len(value.split("=", 1)[1]) > 20 for value in skips.values())
     assert any(value.startswith("CKV_K8S_43=") for value in skips.values())
     image = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0@sha256:" + "a" * 64
     pinned = run_program(changed(lambda c: c["hidden-gpu:devicePlugin"].__setitem__("image", image)), "test")
-    skips = only(pinned.of_type(Token.DAEMONSET)).inputs["metadata"]["annotations"]
+    skips = only(plugins(pinned)).inputs["metadata"]["annotations"]
     assert not any(value.startswith("CKV_K8S_43=") for value in skips.values())
 
 

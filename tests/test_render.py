@@ -34,18 +34,23 @@ def test_prod_render_end_to_end(tmp_path: Path) -> None:
     objects = {p.name: yaml.safe_load(p.read_text()) for p in out.glob("*.yaml")}
     patched = {o["metadata"]["name"] for o in objects.values() if o["kind"] == "Node"}
     assert patched == {n["name"] for n in nodes}
+    # The plugin and the pinned dcgm-exporter (the default where a GPU is exposed), each given the exposed GPUs.
     daemonsets = [o for o in objects.values() if o["kind"] == "DaemonSet"]
-    assert len(daemonsets) == 1
-    env = {e["name"]: e["value"] for e in daemonsets[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert sorted(d["metadata"]["name"] for d in daemonsets) == [
+        "dcgm-exporter-gpu-node-01",
+        "nvidia-device-plugin-gpu-node-01",
+    ]
     exposing = next(n for n in nodes if n["exposedGpus"])
-    assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == exposing["exposedGpus"]
+    for daemonset in daemonsets:
+        env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == exposing["exposedGpus"]
     rendered_text = "".join(p.read_text() for p in out.glob("*.yaml"))
     for hidden in (uuid for n in nodes for uuid in n.get("hiddenGpus", [])):
         assert hidden not in rendered_text
     quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in objects.values() if o["kind"] == "ResourceQuota"}
     assert quotas == {ns: {"requests.nvidia.com/gpu": str(n)} for ns, n in stack["hidden-gpu:quotas"].items()}
     rows = [line.split() for line in result.stdout.splitlines()]
-    assert ["gpu-node-01", "2", "2", "6", "2"] in rows  # its RuntimeClass is the pool's
+    assert ["gpu-node-01", "2", "2", "6", "3"] in rows  # its RuntimeClass is the pool's; plugin and exporter
     assert ["gpu-node-02", "0", "0", "8", "1"] in rows
 
 
@@ -55,7 +60,7 @@ def test_render_is_byte_identical_across_runs(tmp_path: Path) -> None:
         assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / out)]) == 0
     first = {p.name: p.read_bytes() for p in (tmp_path / "a").glob("*.yaml")}
     second = {p.name: p.read_bytes() for p in (tmp_path / "b").glob("*.yaml")}
-    assert first == second and len(first) == 16
+    assert first == second and len(first) == 17
 
 
 def test_rerender_replaces_stale_objects(tmp_path: Path) -> None:
@@ -156,9 +161,9 @@ def test_stack_file_that_is_not_yaml(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_summary_lists_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"stack case: 16 objects written to {tmp_path / 'o'}"
+    assert out[0] == f"stack case: 17 objects written to {tmp_path / 'o'}"
     assert out[1].split() == ["node", "exposed", "advertised", "hidden", "objects"]
-    assert out[2].split() == ["gpu-node-01", "1", "1", "2", "3"]
+    assert out[2].split() == ["gpu-node-01", "1", "1", "2", "4"]
     assert out[3].split() == ["gpu-node-02", "0", "0", "2", "1"]
     assert out[4] == "  quotas (requests.nvidia.com/gpu): ml-team=1"
     assert (
@@ -172,9 +177,9 @@ def test_summary_as_json_and_in_ascii(tmp_path: Path, capsys: pytest.CaptureFixt
     stack_file = write_stack(tmp_path, valid_config())
     assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / "o"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["objects"] == 16 and data["quotas"] == {"ml-team": 1} and data["warnings"] == []
+    assert data["objects"] == 17 and data["quotas"] == {"ml-team": 1} and data["warnings"] == []
     first = data["nodes"][0]
-    assert first["name"] == "gpu-node-01" and first["gpus"]["exposed"] == [EXPOSED] and first["objects"] == 3
+    assert first["name"] == "gpu-node-01" and first["gpus"]["exposed"] == [EXPOSED] and first["objects"] == 4
     rendered = render.summary(data, ascii_only=True).splitlines()
     assert rendered[6:9] == [
         "  GPUs in stack order (# exposed, - hidden):",

@@ -17,7 +17,7 @@ from offline.program import Declared, ProgramRun, run_program
 from stack_config import InvalidConfigError, parse_project_config, quota_warnings
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.guard import admit, plugin_pod, pod_policy
-from tests.support.objects import env_of, only
+from tests.support.objects import env_of, only, plugins
 from tests.support.stacks import CLUSTER, EXPOSED, HIDDEN, MIG_A, MIG_B, PARENT, changed, node, time_sliced, with_mig
 
 
@@ -27,7 +27,7 @@ def plugin_configs(run: ProgramRun) -> list[Declared]:
 
 
 def plugin(run: ProgramRun) -> tuple[dict[str, Any], dict[str, Any]]:
-    daemonset = only(run.of_type(Token.DAEMONSET)).inputs
+    daemonset = only(plugins(run)).inputs
     return daemonset, daemonset["spec"]["template"]["spec"]
 
 
@@ -63,7 +63,7 @@ def test_plugin_mounts_its_config_and_rolls_when_it_changes() -> None:
     assert checksum == hashlib.sha256(content.encode()).hexdigest()
     other, _ = plugin(run_program(time_sliced(8), "test"))
     assert other["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM_ANNOTATION] != checksum
-    assert only(plugin_configs(run)).urn in only(run.of_type(Token.DAEMONSET)).dependencies
+    assert only(plugin_configs(run)).urn in only(plugins(run)).dependencies
 
 
 def test_no_config_without_time_slicing(run: ProgramRun) -> None:
@@ -80,7 +80,7 @@ def test_advertised_count_in_outputs_and_summary(tmp_path: Path, capsys: pytest.
     stack_file.write_text(yaml.safe_dump({"config": config}))
     assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / "out")]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-    assert ["gpu-node-01", "1", "4", "2", "4"] in rows  # exposed, advertised, hidden, objects
+    assert ["gpu-node-01", "1", "4", "2", "5"] in rows  # exposed, advertised, hidden, objects
 
 
 def test_quota_above_what_the_nodes_advertise_is_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

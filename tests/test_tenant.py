@@ -14,7 +14,7 @@ from common.names import NODE_LABEL, POOL_LABEL, Token, pool_class_name
 from offline.program import run_program
 from stack_config import read_stack_file
 from tests.support.guard import admit, pod_policy
-from tests.support.objects import only
+from tests.support.objects import only, plugins
 from tests.support.stacks import EXPOSED, changed, node
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,9 +54,12 @@ def test_a_pool_renders_one_runtime_class_selecting_all_its_nodes() -> None:
         "gpu-node-01": ("shared", "gpu-node-01"),
         "gpu-node-02": ("shared", "gpu-node-02"),
     }
-    plugins = run.of_type(Token.DAEMONSET)
-    assert len(plugins) == 2
-    assert {p.inputs["spec"]["template"]["spec"]["runtimeClassName"] for p in plugins} == {pool_class_name("shared")}
+    assert len(plugins(run)) == 2
+    # The plugins and the pinned operands beside them (dcgm-exporter, by default) all run under the pool's class.
+    daemon_sets = run.of_type(Token.DAEMONSET)
+    assert {d.inputs["spec"]["template"]["spec"]["runtimeClassName"] for d in daemon_sets} == {
+        pool_class_name("shared")
+    }
     assert run.outputs["nodes"]["gpu-node-01"]["runtimeClass"] == pool_class_name("shared")
 
 
@@ -75,7 +78,7 @@ def test_plugin_scheduling_keys_follow_the_stack() -> None:
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}},
     }
     run = run_program(changed(lambda c: c["hidden-gpu:devicePlugin"].update(keys)), "test")
-    pod = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]["spec"]
+    pod = only(plugins(run)).inputs["spec"]["template"]["spec"]
     assert pod["tolerations"] == [{"operator": "Exists"}]
     assert pod["priorityClassName"] == "gpu-critical"
     assert pod["imagePullSecrets"] == [{"name": "nvcr-pull"}]

@@ -13,8 +13,8 @@ import pytest
 
 from cluster import verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from common.names import DEFAULT_PLUGIN_NAMESPACE, OPERANDS_OFF_ANNOTATION, PROJECT, Token
-from components.node_labels import node_labels, operands_off
+from common.names import DEFAULT_PLUGIN_NAMESPACE, OPERANDS_OFF_ANNOTATION, PLUGIN_NAME, PROJECT, Token, plugin_labels
+from components.node_labels import node_labels, operands_off, pinned_operands
 from offline.bench import synthetic_stack
 from offline.program import run_program
 from stack_config import parse_project_config, read_stack_file
@@ -51,12 +51,12 @@ def healthy(config: dict[str, Any], stack: str = "prod") -> Cluster:
         exposed = entry["exposedGpus"]
         cluster.nodes.append(node(entry["name"], len(exposed) or None, node_labels(parsed)))
         cluster.nodes[-1]["metadata"]["annotations"] = {OPERANDS_OFF_ANNOTATION: operands_off(parsed)}
-        if exposed:
-            labels = {"app.kubernetes.io/part-of": "hidden-gpu", "app.kubernetes.io/name": "nvidia-device-plugin"}
-            labels["app.kubernetes.io/instance"] = entry["name"]
+        # The pinned plugin and operands: one Ready pod each, given exactly the exposed GPUs.
+        for name in [PLUGIN_NAME] * bool(exposed) + pinned_operands(parsed):
             env = {"NVIDIA_VISIBLE_DEVICES": ",".join(exposed)}
+            labels = plugin_labels(entry["name"], name)
             cluster.pods.append(
-                pod(f"plugin-{entry['name']}", DEFAULT_PLUGIN_NAMESPACE, entry["name"], labels, env=env)
+                pod(f"{name}-{entry['name']}", DEFAULT_PLUGIN_NAMESPACE, entry["name"], labels, env=env)
             )
     cluster.nodes.append(node("cpu-node-01", None, {}))
     cluster.pods.append(pod("nvidia-device-plugin-daemonset-abcde", "gpu-operator", "gpu-node-03", OPERATOR))
@@ -95,7 +95,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 62 checks, 16 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 69 checks, 16 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,6 +114,43 @@ def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pyt
         "gpu-node-01", "GPU", "Operator", "device-plugin", "pods", "0",
         "1", "(gpu-operator/DaemonSet", "nvidia-device-plugin-daemonset)", "MISMATCH",
     ] in mismatches(out)  # fmt: skip
+
+
+@pytest.mark.parametrize(("app", "daemon_set"), [("gpu-feature-discovery",) * 2, ("nvidia-dcgm-exporter",) * 2])
+def test_an_operator_operand_that_reads_every_gpu_is_named_on_a_hidden_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], app: str, daemon_set: str
+) -> None:
+    """The operator's GFD labels, and its dcgm-exporter exports, every GPU of the node: on a stack node, a finding
+    naming the node and the DaemonSet, even where every GPU is hidden."""
+    cluster = healthy(PROD_CONFIG)
+    theirs = pod(f"{daemon_set}-zzzzz", "gpu-operator", "gpu-node-02", {"app": app})
+    theirs["metadata"]["ownerReferences"] = [{"kind": "DaemonSet", "name": daemon_set, "controller": True}]
+    cluster.pods.append(theirs)
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    assert mismatches(out) == [
+        ["gpu-node-02", "GPU", "Operator", app, "pods", "0", "1", "(gpu-operator/DaemonSet", f"{daemon_set})",
+         "MISMATCH"],
+    ]  # fmt: skip
+
+
+def test_a_pinned_exporter_given_a_hidden_gpu_or_missing_is_a_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = healthy(PROD_CONFIG)
+    (exporter,) = [p for p in cluster.pods if p["metadata"]["labels"].get("app.kubernetes.io/name") == "dcgm-exporter"]
+    hidden = PROD_CONFIG[f"{PROJECT}:nodes"][0]["hiddenGpus"][0]
+    exporter["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": hidden}]
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    exposed = ",".join(PROD_CONFIG[f"{PROJECT}:nodes"][0]["exposedGpus"])
+    assert mismatches(out) == [["gpu-node-01", "dcgm-exporter", "NVIDIA_VISIBLE_DEVICES", exposed, hidden, "MISMATCH"]]
+    cluster.pods.remove(exporter)
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert mismatches(out) == [
+        ["gpu-node-01", "pinned", "dcgm-exporter", "pods", "Ready", "1", "0", "MISMATCH"],
+        ["gpu-node-01", "dcgm-exporter", "NVIDIA_VISIBLE_DEVICES", exposed, "<no", "dcgm-exporter", "pod>", "MISMATCH"],
+    ]
 
 
 def test_the_right_count_of_the_wrong_gpus_is_a_mismatch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,7 +195,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 64 checks, 18 API requests")
+    assert out.strip().endswith("in 71 checks, 18 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)

@@ -13,6 +13,7 @@ unanswered (PATCH_FAULTS).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -113,9 +114,18 @@ def _selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
             return False
     elif field_selector and obj.get("spec", {}).get("nodeName") != field_selector.removeprefix("spec.nodeName="):
         return False
-    terms = [term.split("=", 1) for term in query.get("labelSelector", "").split(",") if term]
     labels = obj["metadata"].get("labels") or {}
-    return all((labels.get(t[0]) == t[1]) if len(t) == 2 else t[0] in labels for t in terms)
+    # Terms: `key=value`, `key` (exists) and `key in (a,b)`; a set's commas are not separators.
+    for term in re.split(r",(?![^()]*\))", query.get("labelSelector", "")):
+        key, is_in, values = term.partition(" in ")
+        if is_in:
+            if labels.get(key) not in values.strip("()").split(","):
+                return False
+        elif term and not (
+            (labels.get(term.split("=", 1)[0]) == term.split("=", 1)[1]) if "=" in term else term in labels
+        ):
+            return False
+    return True
 
 
 def managed_fields(manager: str, labels: list[str], operation: str = "Apply") -> dict[str, Any]:

@@ -12,7 +12,7 @@ import cel
 
 from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, POLICY_NAME, Token
 from offline.program import ProgramRun
-from tests.support.objects import only
+from tests.support.objects import only, plugins
 
 CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.4.0-base-ubuntu22.04"
 TENANT = "ml-team"
@@ -156,7 +156,7 @@ def with_ephemeral(base: dict[str, Any], debugger: dict[str, Any]) -> dict[str, 
 
 
 def plugin_pod(run: ProgramRun) -> dict[str, Any]:
-    template = only(run.of_type(Token.DAEMONSET)).inputs["spec"]["template"]
+    template = only(plugins(run)).inputs["spec"]["template"]
     return {
         "apiVersion": "v1",
         "kind": "Pod",

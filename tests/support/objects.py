@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from offline.program import Declared
+from common.names import Token
+from offline.program import Declared, ProgramRun
 
 
 def only(resources: list[Declared]) -> Declared:
@@ -14,3 +15,8 @@ def only(resources: list[Declared]) -> Declared:
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
     return {item["name"]: item["value"] for item in container.get("env", [])}
+
+
+def plugins(run: ProgramRun) -> list[Declared]:
+    """The device-plugin DaemonSets the program declared, not the pinned operands beside them."""
+    return [d for d in run.of_type(Token.DAEMONSET) if d.name.endswith("-device-plugin")]

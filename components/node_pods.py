@@ -1,0 +1,72 @@
+"""What every DaemonSet hidden-gpu runs on one node shares (the pinned plugin and the pinned operands): that node
+alone, by its name; no privilege; the plugin settings' tolerations, priority class and pull secrets; the scan's
+deliberate exceptions written into the object."""
+
+# No `from __future__ import annotations`: the components beside it are read by Pulumi's analyzer.
+import pulumi
+import pulumi_kubernetes as k8s
+
+from common.names import SCAN_SKIP_ANNOTATION_PREFIX
+from stack_config.models import DevicePluginConfig
+
+
+def on_node(node_name: str) -> k8s.core.v1.AffinityArgs:
+    """Exactly this node, by its name: the DaemonSet controller itself schedules by metadata.name."""
+    return k8s.core.v1.AffinityArgs(
+        node_affinity=k8s.core.v1.NodeAffinityArgs(
+            required_during_scheduling_ignored_during_execution=k8s.core.v1.NodeSelectorArgs(
+                node_selector_terms=[
+                    k8s.core.v1.NodeSelectorTermArgs(
+                        match_fields=[
+                            k8s.core.v1.NodeSelectorRequirementArgs(
+                                key="metadata.name", operator="In", values=[node_name]
+                            )
+                        ]
+                    )
+                ]
+            )
+        )
+    )
+
+
+def unprivileged(added: list[str] | None = None) -> k8s.core.v1.SecurityContextArgs:
+    """Privileged would give the container every GPU of the host whatever NVIDIA_VISIBLE_DEVICES says."""
+    return k8s.core.v1.SecurityContextArgs(
+        privileged=False,
+        allow_privilege_escalation=False,
+        capabilities=k8s.core.v1.CapabilitiesArgs(drop=["ALL"], add=added),
+    )
+
+
+def node_pod_spec(
+    node_name: str,
+    plugin: DevicePluginConfig,
+    runtime_class: pulumi.Input[str],
+    containers: list[k8s.core.v1.ContainerArgs],
+    volumes: list[k8s.core.v1.VolumeArgs],
+) -> k8s.core.v1.PodSpecArgs:
+    """A pod on this node alone, under its RuntimeClass (the toolkit's `nvidia` handler gives the containers the
+    GPUs their NVIDIA_VISIBLE_DEVICES names), with no API token: none of them talks to the API server."""
+    return k8s.core.v1.PodSpecArgs(
+        affinity=on_node(node_name),
+        runtime_class_name=runtime_class,
+        priority_class_name=plugin.priority_class_name,
+        image_pull_secrets=[k8s.core.v1.LocalObjectReferenceArgs(name=s) for s in plugin.image_pull_secrets] or None,
+        automount_service_account_token=False,
+        security_context=k8s.core.v1.PodSecurityContextArgs(
+            seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
+        ),
+        tolerations=[k8s.core.v1.TolerationArgs(**t.model_dump(exclude_none=True)) for t in plugin.tolerations],
+        containers=containers,
+        volumes=volumes,
+    )
+
+
+def scan_exceptions(exceptions: dict[str, str], image: str, image_key: str) -> dict[str, str]:
+    """checkov's in-manifest skips (`checkov.io/skipN: CHECK=reason`), one per deliberate exception; an image pinned
+    by tag alone is one, named by the setting (`image_key`) that would pin it by digest."""
+    digest = ("CKV_K8S_43", f"pinned by tag as configured; give {image_key} a @sha256 digest to pin harder")
+    listed = list(exceptions.items()) + ([] if "@sha256:" in image else [digest])
+    return {
+        f"{SCAN_SKIP_ANNOTATION_PREFIX}{n}": f"{check}={reason}" for n, (check, reason) in enumerate(listed, start=1)
+    }
