@@ -6,7 +6,7 @@ operator's own run privileged and read every GPU: hidden-gpu holds them off the 
 
 Read upstream, not run here (no registry serves NVIDIA's images; tests/node runs stand-ins in their place):
 k8s-device-plugin v0.20.0 (GFD's flags: cmd/gpu-feature-discovery/main.go:52-105) and dcgm-exporter 4.3.1-4.4.0
-(pkg/cmd/app.go:117-144, internal/pkg/server/server.go:93-94)."""
+(pkg/cmd/app.go:117-144, internal/pkg/server/server.go:93-94, 269-276)."""
 
 # No `from __future__ import annotations`: the components beside it are read by Pulumi's analyzer.
 import pulumi
@@ -32,6 +32,12 @@ from stack_config.models import DevicePluginConfig, NodeConfig
 GFD = PINNED_OPERANDS["gpu_feature_discovery"]
 DCGM_EXPORTER = PINNED_OPERANDS["dcgm_exporter"]
 NO_LIMITS = "the GPU Operator runs it with no requests or limits (values.yaml resources: {}): none is guessed here"
+# dcgm-exporter 4.3.1-4.4.0 internal/pkg/server/server.go:269-276.
+PROBE_TELLS_NOTHING = (
+    "dcgm-exporter's /health answers 200 whatever DCGM's state; the operator's exporter runs without probes"
+)
+# DCGM v4.3.1 dcgmlib/src/DcgmCacheManager.cpp:743-747, 2789-2790.
+NEEDS_ROOT = "DCGM needs euid 0 to turn on accounting and to read MIG devices; root without capabilities here"
 # Checks of the security scan (make scan) each operand deliberately does not meet.
 SCAN_EXCEPTIONS = {
     GFD: {
@@ -47,13 +53,15 @@ SCAN_EXCEPTIONS = {
         "CKV_K8S_15": "the image is pinned; Always would make a restart depend on the registry",
     },
     DCGM_EXPORTER: {
+        "CKV_K8S_8": PROBE_TELLS_NOTHING,
+        "CKV_K8S_9": PROBE_TELLS_NOTHING,
         "CKV_K8S_10": NO_LIMITS,
         "CKV_K8S_11": NO_LIMITS,
         "CKV_K8S_12": NO_LIMITS,
         "CKV_K8S_13": NO_LIMITS,
         "CKV_K8S_22": "the image's entrypoint runs ldconfig, which writes /etc/ld.so.cache",
-        "CKV_K8S_23": "DCGM's host engine refuses to read GPUs as a non-root user",
-        "CKV_K8S_40": "DCGM's host engine refuses to read GPUs as a non-root user",
+        "CKV_K8S_23": NEEDS_ROOT,
+        "CKV_K8S_40": NEEDS_ROOT,
         "CKV_K8S_15": "the image is pinned; Always would make a restart depend on the registry",
     },
 }
@@ -115,7 +123,12 @@ def _env(node: NodeConfig, more: dict[str, str]) -> list[k8s.core.v1.EnvVarArgs]
     # NVIDIA_VISIBLE_DEVICES also overrides the images' own `ENV NVIDIA_VISIBLE_DEVICES=all`.
     env = [k8s.core.v1.EnvVarArgs(name=VISIBLE_DEVICES_ENV, value=",".join(node.exposed_gpus))]
     env += [k8s.core.v1.EnvVarArgs(name=name, value=value) for name, value in more.items()]
-    node_name = k8s.core.v1.EnvVarSourceArgs(field_ref=k8s.core.v1.ObjectFieldSelectorArgs(field_path="spec.nodeName"))
+    # apiVersion stated, not left to the API server's default: a fieldRef is applied whole (an atomic struct), so an
+    # `up` that creates the object again under another field manager (after an interrupted one) would conflict with
+    # the defaulted value (run: tests/real/test_interrupted_up.py).
+    node_name = k8s.core.v1.EnvVarSourceArgs(
+        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(api_version="v1", field_path="spec.nodeName")
+    )
     return [*env, k8s.core.v1.EnvVarArgs(name="NODE_NAME", value_from=node_name)]
 
 
@@ -156,17 +169,12 @@ def _dcgm_exporter(
     # DCGM embedded in the exporter (no DCGM_REMOTE_HOSTENGINE_INFO): the operator's standalone host engine reads
     # every GPU. Pods are named per GPU through the kubelet's PodResources socket, read-only.
     env = {"DCGM_EXPORTER_LISTEN": f":{DCGM_EXPORTER_PORT}", "DCGM_EXPORTER_KUBERNETES": "true"}
-    health = k8s.core.v1.ProbeArgs(
-        http_get=k8s.core.v1.HTTPGetActionArgs(path="/health", port=DCGM_EXPORTER_PORT), period_seconds=30
-    )
     container = k8s.core.v1.ContainerArgs(
         name=DCGM_EXPORTER,
         image=plugin.dcgm_exporter_image,
         image_pull_policy="IfNotPresent",
         env=_env(node, env),
         ports=[k8s.core.v1.ContainerPortArgs(name="metrics", container_port=DCGM_EXPORTER_PORT)],
-        liveness_probe=health,
-        readiness_probe=health,
         security_context=unprivileged(),
         volume_mounts=[k8s.core.v1.VolumeMountArgs(name="pod-resources", mount_path=POD_RESOURCES_DIR, read_only=True)],
     )

@@ -122,8 +122,11 @@ GROUPS = (
           tuple(f"{pkg}.{key}={value}" for pkg in (K, C) for key, value in
                 (("gitVersion", "{v}"), ("gitMajor", "{major}"), ("gitMinor", "{minor}"), ("gitTreeState", "clean"))),
           gpu_host=True, own_source=True),
-    # Our own programs for the node tier's images: pause, probe, and the stand-in device plugin.
-    Group("node", {n: f"hidden-gpu.test/e2e/node/cmd/{n}" for n in ("pause", "probe", "hidden-gpu-test-plugin")},
+    # Our own programs for the node tier's images: pause, probe, the stand-in device plugin, and the stand-ins for the
+    # operands hidden-gpu pins beside it (GFD, dcgm-exporter); the GPU host carries only the first three.
+    Group("node", {n: f"hidden-gpu.test/e2e/node/cmd/{n}"
+                   for n in ("pause", "probe", "hidden-gpu-test-plugin", "hidden-gpu-test-gfd",
+                             "hidden-gpu-test-dcgm-exporter")},
           "", own_source=True),
     # The node tier's stand-in for NVIDIA's DRA kubelet plugin (tests/node/test_dra_claim.py): client-go keeps it
     # out of the node group, which the GPU host carries.
@@ -131,7 +134,7 @@ GROUPS = (
           "k8s.io/dynamic-resource-allocation", own_source=True),
     # The real tier's stand-in for the kubelets of its nodes (pod and node status; tests/real/harness.py).
     Group("kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"}, "sigs.k8s.io/kwok"),
-    # NVIDIA's GPU Operator controller (e2e/testbed/operator.py); served only as a pseudo-version (its go.mod).
+    # NVIDIA's GPU Operator controller (e2e/gpu_operator.py); served only as a pseudo-version (its go.mod).
     Group("gpuoperator", {"gpu-operator": "github.com/NVIDIA/gpu-operator/cmd/gpu-operator"},
           "github.com/NVIDIA/gpu-operator", ("github.com/NVIDIA/gpu-operator/internal/info.version={v}",)),
 )  # fmt: skip

@@ -52,6 +52,20 @@ PLUGIN = Image(
         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
     },
 )
+# NVIDIA's plugin image carries gpu-feature-discovery at /usr/bin (deployments/container/Dockerfile:91-96 of
+# k8s-device-plugin v0.20.0): the rendered GFD runs it by name; the stand-in GFD under that name, with the image's ENV.
+GFD = Image(
+    "hidden-gpu.test/gpu-feature-discovery-stand-in:1",
+    ("/usr/bin/gpu-feature-discovery",),
+    {"PATH": "/usr/bin", "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+)
+# dcgm-exporter's image sets NVIDIA_VISIBLE_DEVICES=all too (docker/Dockerfile.ubuntu:84 of dcgm-exporter
+# 4.3.1-4.4.0); the rendered DaemonSet runs its entrypoint.
+DCGM_EXPORTER = Image(
+    "hidden-gpu.test/dcgm-exporter-stand-in:1",
+    ("/hidden-gpu-test-dcgm-exporter",),
+    {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+)
 PATH_ENV = "/"
 # The GPU Operator's own device-plugin DaemonSet (tests/node/test_operator_takeover.py) runs `/bin/bash -c
 # /bin/entrypoint.sh`, the operator's script that waits for the validator's files, `cat`s and sources one, then execs

@@ -15,7 +15,9 @@ and `own_images` replaces the images imported (NVIDIA's plugin, a pod image that
 
 Everything lives under one temporary directory, except what the kubelet keeps at fixed paths:
 /var/lib/kubelet/device-plugins (the kubelet's registration socket and its checkpoint, where device plugins
-look whatever --root-dir says), emptied at start and stop. Needs root, Linux, and e2e.build's binaries.
+look whatever --root-dir says), emptied at start and stop; and /var/lib/kubelet/pod-resources, a link to the
+kubelet's own while it runs, where the rendered dcgm-exporter mounts it from. Needs root, Linux, and e2e.build's
+binaries.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from e2e.controlplane import ApiError, ControlPlane, free_port
 
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 CHECKPOINT = DEVICE_PLUGINS / "kubelet_internal_checkpoint"
+# Where a cluster's kubelet serves PodResources (its --root-dir is /var/lib/kubelet) and the render mounts it from.
+POD_RESOURCES = Path("/var/lib/kubelet/pod-resources")
 MARKER_DIR = "/run/hidden-gpu-test/gpus"  # e2e/go/node/internal/marker
 MARKER_ENV = "HIDDEN_GPU_TEST_GPU_"
 CDI_KIND = "nvidia.com/gpu"
@@ -115,7 +119,8 @@ class Node:
     cdi: Callable[[Path], None] | None = None
     """Writes the CDI spec(s) into the directory given; None: the synthetic spec of `uuids`."""
     own_images: Sequence[tuple[images.Image, dict[str, Path]]] | None = None
-    """The images to import (image, its files); None: the node tier's pause, probe and stand-in plugin."""
+    """The images to import (image, its files); None: the node tier's pause, probe, the stand-ins of NVIDIA's plugin,
+    GFD and dcgm-exporter, and of the GPU Operator's plugin and validator."""
 
     @classmethod
     @contextmanager
@@ -171,6 +176,8 @@ class Node:
         self.timings["containerd"] = time.monotonic() - started
         self._start_kubelet()
         self.wait_ready()
+        _unlink(POD_RESOURCES)
+        POD_RESOURCES.symlink_to(self.kubelet_root / "pod-resources")
         self.timings["ready"] = time.monotonic() - started
 
     def _write_gpus(self) -> None:
@@ -278,6 +285,8 @@ class Node:
             (images.PAUSE, {"pause": self.bin_dir / "pause"}),
             (images.PROBE, {"probe": self.bin_dir / "probe"}),
             (images.PLUGIN, {"hidden-gpu-test-plugin": self.bin_dir / "hidden-gpu-test-plugin"}),
+            (images.GFD, {"usr/bin/gpu-feature-discovery": self.bin_dir / "hidden-gpu-test-gfd"}),
+            (images.DCGM_EXPORTER, {"hidden-gpu-test-dcgm-exporter": self.bin_dir / "hidden-gpu-test-dcgm-exporter"}),
             (
                 images.OPERATOR_PLUGIN,
                 {
@@ -469,6 +478,7 @@ class Node:
         _unmount_under(self.root)
         _remove_pod_cgroups()
         _empty(DEVICE_PLUGINS)
+        _unlink(POD_RESOURCES)
         for sysctl, value in self.sysctls.items():
             with suppress(OSError):
                 (Path("/proc/sys") / sysctl).write_text(value)
@@ -560,6 +570,14 @@ def using_claim(pod: dict[str, Any], claim: str) -> dict[str, Any]:
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
     pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
     return pod
+
+
+def _unlink(link: Path) -> None:
+    """Remove the link this tier made (never a directory a real kubelet left)."""
+    if link.is_symlink():
+        link.unlink()
+    elif link.exists():
+        raise RuntimeError(f"{link} exists and is not this tier's link: is a kubelet running on this machine?")
 
 
 def _empty(directory: Path) -> None:

@@ -88,7 +88,7 @@ def test_the_exporter_is_the_default_where_a_gpu_is_exposed_and_reads_pods_read_
     exporter = only(operands(run, "dcgm-exporter"))  # gpu-node-01 only: gpu-node-02 hides every GPU
     (container,) = pod_spec(exporter)["containers"]
     assert container["ports"] == [{"name": "metrics", "containerPort": 9400}]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": 9400}
+    assert "livenessProbe" not in container and "readinessProbe" not in container  # /health tells nothing
     assert container["volumeMounts"] == [{"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True}]
     assert "DCGM_REMOTE_HOSTENGINE_INFO" not in env_of({"env": [e for e in container["env"] if "value" in e]})
     assert operands(run, "gpu-feature-discovery") == []
@@ -133,3 +133,18 @@ def test_what_would_read_a_hidden_gpu_or_nothing_is_refused(
     with pytest.raises(InvalidConfigError) as raised:
         parse_project_config(config)
     assert message in str(raised.value)
+
+
+def test_every_field_ref_states_its_api_version() -> None:
+    """A fieldRef is applied whole (an atomic struct): one left to the API server's default `v1` makes an `up` that
+    creates the object again under another field manager (after an interrupted one) conflict with it."""
+
+    def field_refs(value: object) -> list[dict[str, Any]]:
+        if isinstance(value, dict):
+            own = [value["fieldRef"]] if "fieldRef" in value else []
+            return own + [ref for item in value.values() for ref in field_refs(item)]
+        return [ref for item in value for ref in field_refs(item)] if isinstance(value, list) else []
+
+    run = run_program(with_operands(changed(lambda c: None), PINNED_GFD), "test")
+    refs = [ref for d in run.kubernetes_objects for ref in field_refs(d.inputs)]
+    assert refs and all(ref.get("apiVersion") == "v1" for ref in refs), refs

@@ -27,9 +27,10 @@ from common.names import (
     NODE_SWITCHES_POLICY_NAME,
     POLICY_NAME,
     device_plugin_name,
+    pinned_operand_name,
 )
 from e2e.controlplane import ApiError, ControlPlane
-from e2e.images import PLUGIN, PROBE
+from e2e.images import DCGM_EXPORTER, GFD, PLUGIN, PROBE
 from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node, pod_pid
 from host import audit
 from offline.render import render
@@ -47,7 +48,7 @@ RUNTIME_CLASS = f"hidden-gpu-{NODE}"
 REQUIRED = (
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
     "containerd-shim-runc-v2", "ctr", "runc", "nvidia-container-runtime", "pause", "probe", "hidden-gpu-test-plugin",
-    "hidden-gpu-test-dra-plugin",
+    "hidden-gpu-test-gfd", "hidden-gpu-test-dcgm-exporter", "hidden-gpu-test-dra-plugin",
 )  # fmt: skip
 GUARD_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 # A pod starts in a few seconds here; a plugin roll and re-registration in about ten.
@@ -102,9 +103,9 @@ def rendered_objects(
 ) -> list[dict[str, Any]]:
     """The render of stack(strategy) (or of `config`), as `make render` writes it; without the guard's policies
     unless asked.
-    The one change: the plugin DaemonSet's image is the stand-in's (e2e/go/node/cmd/hidden-gpu-test-plugin),
-    imported locally (pull policy Never), since NVIDIA's plugin image cannot be had here. Every other field,
-    its security context, seccomp profile, mounts, env and runtime class included, is the render's."""
+    The one change: each DaemonSet's image is its stand-in's (e2e/go/node/cmd: the plugin's, GFD's and
+    dcgm-exporter's), imported locally (pull policy Never), since NVIDIA's images cannot be had here. Every other
+    field, security context, seccomp profile, mounts, env and runtime class included, is the render's."""
     rendered = render(write_stack(tmp, config or stack(strategy), name="node"))
     objects = []
     for name, obj in sorted(rendered.files.items()):
@@ -113,14 +114,20 @@ def rendered_objects(
         annotations = obj.get("metadata", {}).get("annotations") or {}
         for key in [k for k in annotations if k.startswith("pulumi.com/")]:  # the provider's, not the object's
             del annotations[key]
-        if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] == device_plugin_name(NODE):
+        if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] in STAND_INS:
             (container,) = obj["spec"]["template"]["spec"]["containers"]
-            container["image"], container["imagePullPolicy"] = PLUGIN.name, "Never"  # THE image substitution
+            container["image"], container["imagePullPolicy"] = STAND_INS[obj["metadata"]["name"]], "Never"
         objects.append(obj)
     # Namespaces first, as Pulumi's dependency order has them.
     return sorted(objects, key=lambda o: o["kind"] != "Namespace")
 
 
+# THE image substitution, by DaemonSet.
+STAND_INS = {
+    device_plugin_name(NODE): PLUGIN.name,
+    pinned_operand_name("gpu-feature-discovery", NODE): GFD.name,
+    pinned_operand_name("dcgm-exporter", NODE): DCGM_EXPORTER.name,
+}
 SAMPLE_S = 0.1
 Sample = tuple[float, int, list[str]]
 
@@ -156,6 +163,14 @@ class Sampler(threading.Thread):
 def apply_render(plane: ControlPlane, objects: list[dict[str, Any]]) -> None:
     for obj in objects:
         plane.apply(obj, manager="hidden-gpu")
+
+
+def clear_plugin_namespace(plane: ControlPlane) -> None:
+    """Every DaemonSet earlier modules left in the plugin's namespace (the plugin, the pinned operands) deleted, and
+    their pods gone: the module starts from a node without them."""
+    plane.request("DELETE", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets")
+    pods = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods"
+    eventually(lambda: not plane.request("GET", pods)["items"], "no earlier pod in the plugin's namespace")
 
 
 def delete_guard(plane: ControlPlane, *, missing_ok: bool = True) -> None:

@@ -32,13 +32,12 @@ from common.names import (
     DEVICE_PLUGIN_LABEL,
     OPERAND_LABELS,
     STACK_LABEL,
-    device_plugin_name,
 )
 from e2e import gpu_operator
 from e2e.controlplane import ApiError, ControlPlane
-from e2e.images import OPERATOR_PLUGIN, OPERATOR_VALIDATOR, PLUGIN
+from e2e.images import DCGM_EXPORTER, OPERATOR_PLUGIN, OPERATOR_VALIDATOR, PLUGIN
 from e2e.node import Node, Toolkit
-from tests.node.conftest import NODE, PLUGIN_NAMESPACE, Sampler, delete_guard, eventually, stack
+from tests.node.conftest import NODE, Sampler, clear_plugin_namespace, delete_guard, eventually, stack
 from tests.real.harness import Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, HIDDEN
 
@@ -90,14 +89,7 @@ def gpu_node_host() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def operator(node_plane: ControlPlane, node: Node) -> Iterator[Path]:
     node.toolkit(Toolkit())
-    with contextlib.suppress(ApiError):  # what earlier modules left: their plugin
-        node_plane.request(
-            "DELETE", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(NODE)}"
-        )
-    eventually(
-        lambda: not node_plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")["items"],
-        "no earlier plugin pod",
-    )
+    clear_plugin_namespace(node_plane)  # what earlier modules left: their plugin and operands
     # And the stack records the modules that applied a render by hand left: this module's stack is the node's only.
     for record in node_plane.request("GET", f"/api/v1/configmaps?labelSelector={STACK_LABEL}")["items"]:
         metadata = record["metadata"]
@@ -155,8 +147,7 @@ def operator(node_plane: ControlPlane, node: Node) -> Iterator[Path]:
 def leave_the_node(plane: ControlPlane, node: Node) -> None:
     """What this module put on the session's node goes, whether or not its test passed: the stack's plugin, guard
     and record (a failed test never reached its destroy), and the labels and record the operator and the stack set."""
-    with contextlib.suppress(ApiError):
-        plane.request("DELETE", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(NODE)}")
+    clear_plugin_namespace(plane)
     delete_guard(plane)
     for record in plane.request("GET", f"/api/v1/configmaps?labelSelector={STACK_LABEL}")["items"]:
         metadata = record["metadata"]
@@ -212,7 +203,8 @@ def test_the_operators_plugin_advertises_every_gpu_then_up_leaves_only_the_expos
 
     work = tmp_path_factory.mktemp("pulumi")
     config: dict[str, Any] = stack("envvar")
-    config["hidden-gpu:devicePlugin"]["image"] = PLUGIN.name
+    config["hidden-gpu:devicePlugin"]["image"] = PLUGIN.name  # the stand-ins' images, imported on the node
+    config["hidden-gpu:devicePlugin"]["dcgmExporterImage"] = DCGM_EXPORTER.name
     config["kubernetes:kubeconfig"] = str(node_plane.kubeconfig("admin"))
     (work / "Pulumi.operatorup.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
     deployed = pulumi_stack(work, "operatorup")

@@ -6,7 +6,6 @@ node, pull policy IfNotPresent as rendered), so nothing is substituted after the
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,13 +13,20 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from common.names import (
-    device_plugin_name,
-)
-from e2e.controlplane import ApiError, ControlPlane
-from e2e.images import PLUGIN
+from e2e.controlplane import ControlPlane
+from e2e.images import DCGM_EXPORTER, PLUGIN
 from e2e.node import Node, Toolkit
-from tests.node.conftest import GPU, NODE, PLUGIN_NAMESPACE, delete_guard, delete_pods, eventually, plugin_pod, stack
+from tests.node.conftest import (
+    GPU,
+    NODE,
+    PLUGIN_NAMESPACE,
+    clear_plugin_namespace,
+    delete_guard,
+    delete_pods,
+    eventually,
+    plugin_pod,
+    stack,
+)
 from tests.real.harness import pulumi_stack
 from tests.support.stacks import EXPOSED
 
@@ -36,13 +42,12 @@ def upped(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPat
     node.toolkit(Toolkit())
     # The modules before applied the render by hand (another strategy, another field manager): this `up` starts
     # from a node without a plugin, as a first `up` does. Taking over a plugin someone else applied is adoption's.
-    plugins = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets"
-    with contextlib.suppress(ApiError):  # this module alone: there is none
-        node_plane.request("DELETE", f"{plugins}/{device_plugin_name(NODE)}")
-    eventually(lambda: not pods_of_plugin(node_plane), "the earlier plugin pods gone")
+    clear_plugin_namespace(node_plane)
     work = tmp_path_factory.mktemp("pulumi")
     config: dict[str, Any] = stack(STRATEGY)
+    # The stand-ins' images, imported on the node (pulled IfNotPresent, as the render says).
     config["hidden-gpu:devicePlugin"]["image"] = PLUGIN.name
+    config["hidden-gpu:devicePlugin"]["dcgmExporterImage"] = DCGM_EXPORTER.name
     config["kubernetes:kubeconfig"] = str(node_plane.kubeconfig("admin"))
     (work / "Pulumi.nodeup.yaml").write_text(yaml.safe_dump({"config": config}, sort_keys=False))
     deployed = pulumi_stack(work, "nodeup")

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS
+from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, PLUGIN_NAME
 from e2e.controlplane import ControlPlane
 from e2e.node import Node, Toolkit
 from tests.node.conftest import (
@@ -98,7 +98,8 @@ def register_again(plane: ControlPlane, node: Node, node_labels: dict[str, str] 
 
 def plugin_pods(plane: ControlPlane) -> list[dict[str, Any]]:
     """The plugin DaemonSet's pods that are not being deleted."""
-    pods = plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")["items"]
+    selector = f"app.kubernetes.io/name%3D{PLUGIN_NAME}"
+    pods = plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods?labelSelector={selector}")["items"]
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 

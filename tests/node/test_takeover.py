@@ -7,7 +7,6 @@ on the node. What it shows is in docs/operations.md, "Adopting a hand-made setup
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,11 +15,21 @@ from typing import Any
 import pytest
 
 from cluster.verify import leftover_fields
-from common.names import device_plugin_name
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN
 from e2e.node import Node, Toolkit
-from tests.node.conftest import GPU, NODE, SAMPLE_S, Sample, Sampler, apply_render, eventually, rendered_objects, stack
+from tests.node.conftest import (
+    GPU,
+    NODE,
+    SAMPLE_S,
+    Sample,
+    Sampler,
+    apply_render,
+    clear_plugin_namespace,
+    eventually,
+    rendered_objects,
+    stack,
+)
 from tests.support.stacks import EXPOSED
 
 HAND_NAMESPACE = "kube-system"
@@ -85,13 +94,7 @@ def registrations(node: Node, pods: set[str]) -> dict[str, int]:
 def handmade(node_plane: ControlPlane, node: Node) -> Iterator[None]:
     node.toolkit(Toolkit())
     # Earlier modules' plugin (hidden-gpu-system) goes first: the node starts from the hand-made setup alone.
-    with contextlib.suppress(ApiError):  # this module alone: there is none
-        node_plane.request(
-            "DELETE", f"/apis/apps/v1/namespaces/hidden-gpu-system/daemonsets/{device_plugin_name(NODE)}"
-        )
-    eventually(
-        lambda: not node_plane.request("GET", "/api/v1/namespaces/hidden-gpu-system/pods")["items"], "no other plugin"
-    )
+    clear_plugin_namespace(node_plane)
     # The recipe's node label, by hand, then the hand-made plugin.
     node_plane.apply(
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "labels": {
@@ -120,6 +123,8 @@ def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
 ) -> None:
     adopting = stack("envvar")
     adopting["hidden-gpu:nodes"][0]["adoptDevicePlugin"] = ADOPT
+    # The plugin's takeover alone: the pinned dcgm-exporter beside it (the default) is tests/node/test_pinned_operands.
+    adopting["hidden-gpu:nodes"][0]["operands"] = {"dcgmExporter": False}
     monkeypatch.setattr("tests.node.conftest.stack", lambda strategy: adopting)
     objects = rendered_objects(tmp_path, "envvar", guard=False)
     (plugin,) = [o for o in objects if o["kind"] == "DaemonSet"]

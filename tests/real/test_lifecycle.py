@@ -114,8 +114,10 @@ def plugin(plane: ControlPlane, node: str) -> dict[str, Any] | None:
     return plane.get_or_none(f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{device_plugin_name(node)}")
 
 
-def plugin_pods(plane: ControlPlane) -> list[dict[str, Any]]:
-    return list(plane.request("GET", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")["items"])
+def plugin_pods(plane: ControlPlane, name: str = "nvidia-device-plugin") -> list[dict[str, Any]]:
+    """The pods of the plugin (or of a pinned operand, by its name) in the plugin's namespace."""
+    path = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods?labelSelector=app.kubernetes.io/name%3D{name}"
+    return list(plane.request("GET", path)["items"])
 
 
 def run_verify(project: Project, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -164,6 +166,9 @@ def first_up(plane: ControlPlane, project: Project, capsys: pytest.CaptureFixtur
     # The real DaemonSet controller made one pod, and the real scheduler bound it to exactly its node.
     pods = eventually(lambda: plugin_pods(plane), what="the plugin pod")
     assert [p["spec"]["nodeName"] for p in pods] == ["gpu-node-01"]
+    # And the pinned dcgm-exporter beside it (the default where a GPU is exposed), on that node alone.
+    exporters = eventually(lambda: plugin_pods(plane, "dcgm-exporter"), what="the pinned exporter's pod")
+    assert [p["spec"]["nodeName"] for p in exporters] == ["gpu-node-01"]
     assert plane.request("GET", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{POLICY_NAME}")
 
     status, out = run_verify(project, capsys)
@@ -176,10 +181,10 @@ def change_a_uuid(plane: ControlPlane, project: Project) -> None:
     stack = project.stack
     project.write(lambda c: c.__setitem__("hidden-gpu:nodes", nodes([OTHER])))
     changed = TIMES.timed("preview a changed UUID", lambda: stack.preview(diff=True))
-    # The DaemonSet and the stack's record, both in place: mutable ConfigMaps, nothing replaced.
-    assert changed.change_summary.get(OpType.UPDATE) == 2, changed.change_summary
+    # The plugin's and the pinned exporter's DaemonSets and the stack's record, in place: nothing replaced.
+    assert changed.change_summary.get(OpType.UPDATE) == 3, changed.change_summary
     assert OpType.REPLACE not in changed.change_summary, changed.change_summary
-    # Exactly that field, on the one DaemonSet. The engine's diff names the list index (`env[0]`), not the
+    # Exactly that field, on each DaemonSet. The engine's diff names the list index (`env[0]`), not the
     # variable: the review has to know env[0] is NVIDIA_VISIBLE_DEVICES (offline.diff names it).
     assert f'value: "{EXPOSED}" => "{OTHER}"' in changed.stdout, changed.stdout
     assert "kubernetes:apps/v1:DaemonSet: (update)" in changed.stdout

@@ -182,7 +182,8 @@ def test_a_yaml_program_hides_a_nodes_gpus_through_the_package(
     up = stack.up()
     # The real DaemonSet controller put the plugin's pod on that node (kwok runs it: Running, Ready).
     pods = plane.request("GET", f"/api/v1/namespaces/{CONSUMER_NAMESPACE}/pods")["items"]
-    assert [pod["spec"]["nodeName"] for pod in pods] == [CONSUMER_NODE]
+    plugin = [p for p in pods if p["metadata"]["labels"].get("app.kubernetes.io/name") == "nvidia-device-plugin"]
+    assert [pod["spec"]["nodeName"] for pod in plugin] == [CONSUMER_NODE]
     ours, summary = declared_by_us(NODE_SPEC)
     assert up.outputs["summary"].value == summary
     # Every object our components declare, live and holding what they declare, field by field.
