@@ -132,6 +132,10 @@ class ControlPlane:
         self._spawn("kube-apiserver", bin_dir / "kube-apiserver",
                     f"--etcd-servers=http://127.0.0.1:{etcd_client}", "--bind-address=127.0.0.1",
                     "--advertise-address=127.0.0.1", f"--secure-port={api}",
+                    # v1.37 refuses a loopback advertise address with the default (lease) endpoint reconciler
+                    # (k8s.io/kubernetes v1.37.2 pkg/controlplane/instance.go:354-356); no client here needs the
+                    # `kubernetes` Service's endpoints.
+                    "--endpoint-reconciler-type=none",
                     f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
                     f"--client-ca-file={pki}/ca.crt", f"--token-auth-file={self.root}/tokens.csv",
                     "--anonymous-auth=false", "--authorization-mode=RBAC", "--allow-privileged=true",
