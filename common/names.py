@@ -146,6 +146,8 @@ GRAPH_FILE = "_pulumi-graph.json"
 
 PLUGIN_NAME = "nvidia-device-plugin"
 PLUGIN_NETWORK_POLICY = f"{PLUGIN_NAME}-no-network"
+# The pinned operands' pods: no egress, ingress only to dcgm-exporter's metrics port (GFD listens on nothing).
+OPERANDS_NETWORK_POLICY = f"{PROJECT}-operands-metrics-only"
 POLICY_NAME = f"{PROJECT}-access-guard"
 # The guard's second policy: ConfigMap and Secret keys a container's envFrom would turn into env.
 ENV_KEYS_POLICY_NAME = f"{PROJECT}-env-keys"

@@ -6,11 +6,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import (
+    DCGM_EXPORTER_PORT,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
+    OPERANDS_NETWORK_POLICY,
     PART_OF,
     PART_OF_LABEL,
     PATCH_FORCE_ANNOTATION,
+    PINNED_OPERANDS,
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
     PLUGIN_NETWORK_POLICY,
@@ -38,6 +41,8 @@ class PluginNamespace(pulumi.ComponentResource):
     """The namespace's name, resolved once it exists: plugins that use it wait for it."""
     network_policy: k8s.networking.v1.NetworkPolicy
     """No ingress, no egress for the plugin pods."""
+    operands_network_policy: k8s.networking.v1.NetworkPolicy
+    """For the pinned GFD and dcgm-exporter pods: no egress, ingress only to the exporter's metrics port."""
 
     def __init__(self, name: str, args: PluginNamespaceArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.PLUGIN_NAMESPACE, name, None, opts)
@@ -55,21 +60,41 @@ class PluginNamespace(pulumi.ComponentResource):
             self.name = namespace.metadata.name
         else:
             self.name = pulumi.Output.from_input(args["namespace"])
+        # Retained, and taken back by another `up` of any stack without a conflict: stacks that share a cluster share
+        # the plugin namespace (offline.fleet) and so these policies, and one stack's destroy must not open the
+        # network of the pods the others still run there.
+        shared = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"}
+        kept = pulumi.ResourceOptions(parent=self, retain_on_delete=True)
         self.network_policy = k8s.networking.v1.NetworkPolicy(
             f"{name}-no-network",
             metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=PLUGIN_NETWORK_POLICY,
-                namespace=self.name,
-                labels=labels,
-                # Retained, so another `up` of any stack takes it back without a conflict.
-                annotations={FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"},
+                name=PLUGIN_NETWORK_POLICY, namespace=self.name, labels=labels, annotations=shared
             ),
             spec=k8s.networking.v1.NetworkPolicySpecArgs(
                 pod_selector=k8s.meta.v1.LabelSelectorArgs(match_labels={PLUGIN_NAME_LABEL: PLUGIN_NAME}),
                 policy_types=["Ingress", "Egress"],
             ),
-            # Stacks that share a cluster share the plugin namespace (offline.fleet) and so this policy: one
-            # stack's destroy must not open the network of the plugins the others still run there.
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+            opts=kept,
+        )
+        # The exporter reads GPUs and the kubelet's PodResources over local files and a unix socket: it needs no
+        # egress, and only its metrics port is reachable (from wherever the platform's Prometheus runs).
+        operands = k8s.meta.v1.LabelSelectorRequirementArgs(
+            key=PLUGIN_NAME_LABEL, operator="In", values=sorted(PINNED_OPERANDS.values())
+        )
+        self.operands_network_policy = k8s.networking.v1.NetworkPolicy(
+            f"{name}-operands-metrics-only",
+            metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=OPERANDS_NETWORK_POLICY, namespace=self.name, labels=labels, annotations=shared
+            ),
+            spec=k8s.networking.v1.NetworkPolicySpecArgs(
+                pod_selector=k8s.meta.v1.LabelSelectorArgs(match_expressions=[operands]),
+                policy_types=["Ingress", "Egress"],
+                ingress=[
+                    k8s.networking.v1.NetworkPolicyIngressRuleArgs(
+                        ports=[k8s.networking.v1.NetworkPolicyPortArgs(port=DCGM_EXPORTER_PORT, protocol="TCP")]
+                    )
+                ],
+            ),
+            opts=kept,
         )
         self.register_outputs({"name": self.name})

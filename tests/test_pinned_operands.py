@@ -148,3 +148,14 @@ def test_every_field_ref_states_its_api_version() -> None:
     run = run_program(with_operands(changed(lambda c: None), PINNED_GFD), "test")
     refs = [ref for d in run.kubernetes_objects for ref in field_refs(d.inputs)]
     assert refs and all(ref.get("apiVersion") == "v1" for ref in refs), refs
+
+
+def test_the_operands_pods_get_no_egress_and_only_the_metrics_port() -> None:
+    run = run_program(with_operands(changed(lambda c: None), PINNED_GFD), "test")
+    policy = next(p.inputs for p in run.of_type(Token.NETWORK_POLICY) if p.name.endswith("-operands-metrics-only"))
+    (selected,) = policy["spec"]["podSelector"]["matchExpressions"]
+    for operand in ("gpu-feature-discovery", "dcgm-exporter"):
+        labels = only(operands(run, operand)).inputs["spec"]["template"]["metadata"]["labels"]
+        assert labels[selected["key"]] in selected["values"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and "egress" not in policy["spec"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": 9400, "protocol": "TCP"}]}]

@@ -247,7 +247,9 @@ def test_cluster_policy_patch_is_opt_in(run: ProgramRun) -> None:
 
 
 def test_plugin_pods_get_no_network(run: ProgramRun) -> None:
-    policy = only(run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")).inputs
+    policy = next(
+        p.inputs for p in run.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy") if p.name.endswith("-no-network")
+    )
     pod_labels = only(plugins(run)).inputs["spec"]["template"]["metadata"]["labels"]
     selector = policy["spec"]["podSelector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()

@@ -60,7 +60,7 @@ def test_render_is_byte_identical_across_runs(tmp_path: Path) -> None:
         assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / out)]) == 0
     first = {p.name: p.read_bytes() for p in (tmp_path / "a").glob("*.yaml")}
     second = {p.name: p.read_bytes() for p in (tmp_path / "b").glob("*.yaml")}
-    assert first == second and len(first) == 17
+    assert first == second and len(first) == 18
 
 
 def test_rerender_replaces_stale_objects(tmp_path: Path) -> None:
@@ -161,7 +161,7 @@ def test_stack_file_that_is_not_yaml(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_summary_lists_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert render.main(["--stack-file", str(write_stack(tmp_path, valid_config())), "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"stack case: 17 objects written to {tmp_path / 'o'}"
+    assert out[0] == f"stack case: 18 objects written to {tmp_path / 'o'}"
     assert out[1].split() == ["node", "exposed", "advertised", "hidden", "objects"]
     assert out[2].split() == ["gpu-node-01", "1", "1", "2", "4"]
     assert out[3].split() == ["gpu-node-02", "0", "0", "2", "1"]
@@ -177,7 +177,7 @@ def test_summary_as_json_and_in_ascii(tmp_path: Path, capsys: pytest.CaptureFixt
     stack_file = write_stack(tmp_path, valid_config())
     assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / "o"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["objects"] == 17 and data["quotas"] == {"ml-team": 1} and data["warnings"] == []
+    assert data["objects"] == 18 and data["quotas"] == {"ml-team": 1} and data["warnings"] == []
     first = data["nodes"][0]
     assert first["name"] == "gpu-node-01" and first["gpus"]["exposed"] == [EXPOSED] and first["objects"] == 4
     rendered = render.summary(data, ascii_only=True).splitlines()

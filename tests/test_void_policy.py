@@ -174,7 +174,7 @@ def test_render_writes_both_objects_and_says_so(tmp_path: Path, capsys: pytest.C
     out = tmp_path / "o"
     assert render.main(["--stack-file", str(write_stack(tmp_path, CONFIG)), "--out", str(out)]) == 0
     summary = capsys.readouterr().out.splitlines()
-    assert summary[0] == f"stack case: 19 objects written to {out}"
+    assert summary[0] == f"stack case: 20 objects written to {out}"
     assert summary[5].endswith("; adds NVIDIA_VISIBLE_DEVICES=void to new containers without a GPU request")
     names = {p.name for p in out.glob("mutating*.yaml")}
     assert names == {
