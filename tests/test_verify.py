@@ -225,8 +225,9 @@ def test_a_thousand_nodes_take_a_handful_of_requests(tmp_path: Path, capsys: pyt
     out = capsys.readouterr().out
     assert status == EXIT_OK, out[-2000:]
     # One LIST per kind whatever the size (sixteen, DeviceClasses and ResourceSlices among them, and the six kinds
-    # cluster/leftovers.py judges), and a second page of nodes and of pods past the first 1,000.
-    assert len(cluster.requests) <= 18, cluster.requests
+    # cluster/leftovers.py judges), and a page more per 1,000 nodes, hidden-gpu's pods (a plugin and a pinned
+    # exporter per node) and all pods.
+    assert len(cluster.requests) <= 20, cluster.requests
     assert out.strip().endswith("API requests") and seconds < 30
 
 
