@@ -310,6 +310,7 @@ KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 # The toolkit reads a container's device requests from mounts below this path.
 DEVICE_REQUEST_DIR = "/var/run/nvidia-container-devices"
 PLUGIN_CONFIG_DIR = "/etc/nvidia-device-plugin"
+PLUGIN_CONFIG_FILE = f"{PLUGIN_CONFIG_DIR}/{PLUGIN_CONFIG_KEY}"
 # Where GPU Feature Discovery writes its labels for NFD's worker to publish (the operator's GFD mounts it so).
 NFD_FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 # The kubelet's PodResources socket directory: dcgm-exporter maps GPUs to pods through it.

@@ -25,7 +25,7 @@ from common.names import (
     NVIDIA_RUNTIME_HANDLER,
     OPERANDS_OFF_ANNOTATION,
     PATCH_FORCE_ANNOTATION,
-    PLUGIN_CONFIG_DIR,
+    PLUGIN_CONFIG_FILE,
     PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
     VISIBLE_DEVICES_ENV,
@@ -39,7 +39,7 @@ from common.names import (
 )
 from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
-from components.node_pods import node_pod_spec, scan_exceptions, unprivileged
+from components.node_pods import node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
@@ -389,7 +389,7 @@ def _env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> li
     if node.mig_strategy != MigStrategy.NONE:
         env["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
     if config is not None:
-        env["CONFIG_FILE"] = f"{PLUGIN_CONFIG_DIR}/{PLUGIN_CONFIG_KEY}"
+        env["CONFIG_FILE"] = PLUGIN_CONFIG_FILE
     if plugin.device_list_strategy == DeviceListStrategy.CDI_CRI:
         # The spec the plugin writes lists only what it sees: the exposed GPUs.
         env["NVIDIA_DRIVER_ROOT"] = plugin.nvidia_driver_root
@@ -420,13 +420,9 @@ def _volumes(
     ]
     mounts = [k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS)]
     if config is not None:
-        volumes.append(
-            k8s.core.v1.VolumeArgs(
-                name="plugin-config",
-                config_map=k8s.core.v1.ConfigMapVolumeSourceArgs(name=plugin_config_name(node.name)),
-            )
-        )
-        mounts.append(k8s.core.v1.VolumeMountArgs(name="plugin-config", mount_path=PLUGIN_CONFIG_DIR, read_only=True))
+        volume, mount = plugin_config_volume(node.name)
+        volumes.append(volume)
+        mounts.append(mount)
     if plugin.device_list_strategy == DeviceListStrategy.VOLUME_MOUNTS:
         # The toolkit may ignore the env var for this unprivileged pod, so the pod asks for its
         # own GPUs the way the plugin answers allocations: /dev/null mounted per device.

@@ -6,7 +6,7 @@ deliberate exceptions written into the object."""
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import SCAN_SKIP_ANNOTATION_PREFIX
+from common.names import PLUGIN_CONFIG_DIR, SCAN_SKIP_ANNOTATION_PREFIX, plugin_config_name
 from stack_config.models import DevicePluginConfig
 
 
@@ -59,6 +59,16 @@ def node_pod_spec(
         tolerations=[k8s.core.v1.TolerationArgs(**t.model_dump(exclude_none=True)) for t in plugin.tolerations],
         containers=containers,
         volumes=volumes,
+    )
+
+
+def plugin_config_volume(node_name: str) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:
+    """The plugin's config file of a time-sliced node, read-only at PLUGIN_CONFIG_DIR: the plugin serves by it, GFD
+    labels by it."""
+    source = k8s.core.v1.ConfigMapVolumeSourceArgs(name=plugin_config_name(node_name))
+    return (
+        k8s.core.v1.VolumeArgs(name="plugin-config", config_map=source),
+        k8s.core.v1.VolumeMountArgs(name="plugin-config", mount_path=PLUGIN_CONFIG_DIR, read_only=True),
     )
 
 

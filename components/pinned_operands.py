@@ -17,16 +17,14 @@ from common.names import (
     GFD_COMMAND,
     NFD_FEATURES_DIR,
     PINNED_OPERANDS,
-    PLUGIN_CONFIG_DIR,
-    PLUGIN_CONFIG_KEY,
+    PLUGIN_CONFIG_FILE,
     POD_RESOURCES_DIR,
     VISIBLE_DEVICES_ENV,
     pinned_operand_name,
-    plugin_config_name,
     plugin_labels,
 )
 from components.inputs import derive
-from components.node_pods import node_pod_spec, scan_exceptions, unprivileged
+from components.node_pods import node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
 from stack_config.models import DevicePluginConfig, NodeConfig
 
 GFD = PINNED_OPERANDS["gpu_feature_discovery"]
@@ -147,10 +145,10 @@ def _gfd(
     mounts = [k8s.core.v1.VolumeMountArgs(name="output-dir", mount_path=NFD_FEATURES_DIR)]
     if node.time_slicing is not None:
         # The plugin's config, so `gpu.replicas` and `gpu.sharing-strategy` say what the plugin advertises.
-        env["CONFIG_FILE"] = f"{PLUGIN_CONFIG_DIR}/{PLUGIN_CONFIG_KEY}"
-        config = k8s.core.v1.ConfigMapVolumeSourceArgs(name=plugin_config_name(node.name))
-        volumes.append(k8s.core.v1.VolumeArgs(name="plugin-config", config_map=config))
-        mounts.append(k8s.core.v1.VolumeMountArgs(name="plugin-config", mount_path=PLUGIN_CONFIG_DIR, read_only=True))
+        env["CONFIG_FILE"] = PLUGIN_CONFIG_FILE
+        volume, mount = plugin_config_volume(node.name)
+        volumes.append(volume)
+        mounts.append(mount)
     container = k8s.core.v1.ContainerArgs(
         name=GFD,
         image=plugin.image,

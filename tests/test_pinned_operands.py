@@ -38,7 +38,7 @@ def test_each_pinned_operand_reads_only_the_exposed_gpus_on_its_node_unprivilege
     plugin = only(plugins(run))
     spec = pod_spec(daemon_set)
     (container,) = spec["containers"]
-    assert env_of({"env": [e for e in container["env"] if "value" in e]})["NVIDIA_VISIBLE_DEVICES"] == EXPOSED
+    assert env_of(container)["NVIDIA_VISIBLE_DEVICES"] == EXPOSED
     assert container["securityContext"] == {
         "privileged": False,
         "allowPrivilegeEscalation": False,
@@ -63,7 +63,7 @@ def test_gfd_writes_nfds_features_file_from_the_plugins_image() -> None:
     assert container["image"] == only(plugins(run)).inputs["spec"]["template"]["spec"]["containers"][0]["image"]
     assert container["command"] == ["gpu-feature-discovery"]
     # v0.20.0 would otherwise write NodeFeature objects, which needs an API token.
-    assert env_of({"env": [e for e in container["env"] if "value" in e]})["GFD_USE_NODE_FEATURE_API"] == "false"
+    assert env_of(container)["GFD_USE_NODE_FEATURE_API"] == "false"
     assert container["volumeMounts"] == [{"name": "output-dir", "mountPath": NFD_FEATURES_DIR}]
     assert pod_spec(gfd)["volumes"] == [
         {"name": "output-dir", "hostPath": {"path": NFD_FEATURES_DIR, "type": "DirectoryOrCreate"}}
@@ -74,9 +74,7 @@ def test_a_time_sliced_nodes_gfd_reads_the_plugins_config() -> None:
     run = run_program(with_operands(time_sliced(4), PINNED_GFD), "test")
     gfd = only(operands(run, "gpu-feature-discovery"))
     (container,) = pod_spec(gfd)["containers"]
-    assert env_of({"env": [e for e in container["env"] if "value" in e]})["CONFIG_FILE"] == (
-        "/etc/nvidia-device-plugin/config.yaml"
-    )
+    assert env_of(container)["CONFIG_FILE"] == ("/etc/nvidia-device-plugin/config.yaml")
     config = only([c for c in run.of_type(Token.CONFIG_MAP) if c.name.endswith("-plugin-config")])
     assert config.urn in gfd.dependencies
     volume = next(v for v in pod_spec(gfd)["volumes"] if v["name"] == "plugin-config")
@@ -90,7 +88,7 @@ def test_the_exporter_is_the_default_where_a_gpu_is_exposed_and_reads_pods_read_
     assert container["ports"] == [{"name": "metrics", "containerPort": 9400}]
     assert "livenessProbe" not in container and "readinessProbe" not in container  # /health tells nothing
     assert container["volumeMounts"] == [{"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True}]
-    assert "DCGM_REMOTE_HOSTENGINE_INFO" not in env_of({"env": [e for e in container["env"] if "value" in e]})
+    assert "DCGM_REMOTE_HOSTENGINE_INFO" not in env_of(container)
     assert operands(run, "gpu-feature-discovery") == []
     labels = {r.inputs["metadata"]["name"]: r.inputs["metadata"]["labels"] for r in run.of_type(Token.NODE_PATCH)}
     assert all(labels[n]["nvidia.com/gpu.deploy.dcgm-exporter"] == "false" for n in ("gpu-node-01", "gpu-node-02"))

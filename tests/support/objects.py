@@ -14,7 +14,8 @@ def only(resources: list[Declared]) -> Declared:
 
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in container.get("env", [])}
+    """The container's plain variables (those set from a field, `valueFrom`, have no value to compare)."""
+    return {item["name"]: item["value"] for item in container.get("env", []) if "value" in item}
 
 
 def plugins(run: ProgramRun) -> list[Declared]:
