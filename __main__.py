@@ -78,9 +78,9 @@ StackRecord(
     with_provider,
 )
 device_classes = gpu_device_classes(stack)
-if stack.dra is not None:
+if (dra := stack.dra_settings) is not None:
     # Tenants' claims from these are admitted by the guard's claims policy, which names them.
-    GpuDeviceClasses("device-classes", GpuDeviceClassesArgs(driver=stack.dra.driver, classes=device_classes), guarded)
+    GpuDeviceClasses("device-classes", GpuDeviceClassesArgs(driver=dra.driver, classes=device_classes), guarded)
 GpuQuotas("gpu-quotas", GpuQuotasArgs(quotas=stack.quotas, device_classes=sorted(device_classes)), with_provider)
 if stack.cluster_policy.patch:
     ToolkitSettings("toolkit-settings", ToolkitSettingsArgs(cluster_policy=stack.cluster_policy.name), with_provider)

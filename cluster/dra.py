@@ -5,9 +5,11 @@ ResourceSlices, each finding as (scope, check, expected, actual).
   `extendedResourceName`: the scheduler would then place plain `nvidia.com/gpu` pods through DRA, from whatever the
   class selects, on nodes whose pinned plugin advertises fewer (NVIDIA's chart sets it on its `gpu.nvidia.com` class
   with resource.k8s.io/v1: deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml:7-14).
-- With hidden-gpu:dra, the stack's classes exist with the declared selector (their quotas: cluster.verify's quota
-  check, with nvidia.com/gpu's).
-- No ResourceSlice of a stack's node lists a hidden GPU that a class tenants may use would select. A class's CEL
+- Where DRA allocates a node, the stack's classes exist with the declared selector (their quotas: cluster.verify's
+  quota check, with nvidia.com/gpu's).
+- No ResourceSlice of a stack's node lists a hidden GPU that a class tenants may use would select, nor a GPU the
+  node's pinned plugin serves (the scheduler's resource fit and the DRA allocator never consult each other: a GPU
+  with two allocators goes out twice). A class's CEL
   selectors are evaluated here as the allocator would, over the device's attributes; a selector this evaluator
   cannot run (a DRA-only function such as `quantity` or `semver`) counts as selecting: fail closed, named.
 """
@@ -95,29 +97,36 @@ def check_dra(
     )
     yield "cluster", "DeviceClasses mapping an NVIDIA resource", "none", ",".join(mapped) or "none"
     ours = gpu_device_classes(stack)
-    if stack.dra is not None:
+    dra = stack.dra_settings
+    if dra is not None:
         for name, uuids in sorted(ours.items()):
             found = classes.get(name)
-            declared = [device_selector(stack.dra.driver, uuids)]
+            declared = [device_selector(dra.driver, uuids)]
             actual = "<missing>" if found is None else ("as declared" if _selectors(found) == declared else "differs")
             yield "cluster", f"DeviceClass {name}", "as declared", actual
     tenant_classes = {
         name: classes[name] for name in sorted({*stack.guard.allowed_device_classes, *ours}) if name in classes
     }
     for node in stack.nodes:
-        hidden = set(node.hidden_gpus)
-        reached = []
-        for found in slices:
-            spec = found.get("spec") or {}
-            if spec.get("nodeName") != node.name:
+        mine = [s for s in slices if (s.get("spec") or {}).get("nodeName") == node.name]
+        reached = _selected(mine, set(node.hidden_gpus), tenant_classes)
+        yield node.name, "hidden GPUs a tenant DeviceClass selects", "none", reached
+        if node.runs_plugin:
+            reached = _selected(mine, set(node.exposed_gpus), tenant_classes)
+            yield node.name, "GPUs of its device plugin a tenant DeviceClass selects", "none", reached
+
+
+def _selected(slices: list[dict[str, Any]], uuids: set[str], tenant_classes: dict[str, dict[str, Any]]) -> str:
+    """Which of these GPUs, published in these slices, a tenant class would select, and by which class."""
+    reached = []
+    for found in slices:
+        driver = str((found.get("spec") or {}).get("driver", ""))
+        for device in (found.get("spec") or {}).get("devices") or []:
+            uuid = uuid_of(driver, device)
+            if uuid not in uuids:
                 continue
-            driver = str(spec.get("driver", ""))
-            for device in spec.get("devices") or []:
-                uuid = uuid_of(driver, device)
-                if uuid not in hidden:
-                    continue
-                for name, device_class in tenant_classes.items():
-                    verdict = selects(device_class, driver, device)
-                    if verdict is not False:
-                        reached.append(f"{uuid} by {name}" + ("" if verdict else " (selector not evaluable here)"))
-        yield node.name, "hidden GPUs a tenant DeviceClass selects", "none", "; ".join(sorted(reached)) or "none"
+            for name, device_class in tenant_classes.items():
+                verdict = selects(device_class, driver, device)
+                if verdict is not False:
+                    reached.append(f"{uuid} by {name}" + ("" if verdict else " (selector not evaluable here)"))
+    return "; ".join(sorted(reached)) or "none"

@@ -48,6 +48,7 @@ from common.names import (
     PLUGIN_NAME_LABEL,
     QUOTA_NAME,
     VISIBLE_DEVICES_ENV,
+    Allocator,
 )
 from components.guard_rules import (
     GuardSettings,
@@ -144,7 +145,9 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
         return
     resource = f"{GPU_RESOURCE}.shared" if node.time_slicing and node.time_slicing.rename_by_default else GPU_RESOURCE
     status = found.get("status") or {}
-    for kind in ("capacity", "allocatable"):
+    # Where DRA hands the GPUs out no plugin may advertise them; a plugin's capacity outlives it by the kubelet's
+    # grace period (5 minutes), its allocatable drops at once.
+    for kind in ("capacity", "allocatable") if node.allocator == Allocator.DEVICE_PLUGIN else ("allocatable",):
         yield Check(
             node.name, f"{kind} {resource}", str(node.advertised_gpus), str((status.get(kind) or {}).get(resource, "0"))
         )
@@ -161,7 +164,8 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     for app in OPERATOR_OPERAND_APPS.values():
         yield _none_of_theirs(node.name, app, [p for p in theirs if _label(p, "app") == app])
     mine = [p for p in _on(live.pinned, node.name) if _label(p, INSTANCE_LABEL) == node.name]
-    yield from _pinned(node, "plugin", [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == PLUGIN_NAME])
+    plugins = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == PLUGIN_NAME]
+    yield from _pinned(node, "plugin", plugins, runs=node.runs_plugin)
     planned = pinned_operands(node)
     for operand in PINNED_OPERANDS.values():
         pods = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == operand]

@@ -58,6 +58,14 @@ class OperandMode(StrEnum):
     OFF = "off"
 
 
+class Allocator(StrEnum):
+    """Who hands a node's exposed GPUs to pods: exactly one, as the scheduler's resource fit and the DRA allocator
+    never consult each other (two would let a GPU go out twice)."""
+
+    DEVICE_PLUGIN = "devicePlugin"  # the pinned plugin advertises them as nvidia.com/gpu
+    DRA = "dra"  # the stack's DeviceClass selects them in the DRA driver's ResourceSlices
+
+
 class Role(StrEnum):
     """Which side of the node a listed GPU or MIG device is on."""
 

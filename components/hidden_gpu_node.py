@@ -29,6 +29,7 @@ from common.names import (
     PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
     VISIBLE_DEVICES_ENV,
+    Allocator,
     DeviceListStrategy,
     MigStrategy,
     Token,
@@ -118,10 +119,16 @@ def _spec(spec: object) -> NodeSpec:
     return typing.cast(NodeSpec, spec)
 
 
-def _runs_plugin(spec: NodeSpec) -> bool:
-    """Whether the node gets a plugin: decided before any Output is known, as a preview must list the objects."""
+def _exposes(spec: NodeSpec) -> bool:
+    """Whether the node exposes GPUs (a RuntimeClass, pinned operands): decided before any Output is known, as a
+    preview must list the objects."""
     exposed = spec.get("exposedGpus")
     return not isinstance(exposed, list | tuple) or len(exposed) > 0
+
+
+def _runs_plugin(spec: NodeSpec) -> bool:
+    """Whether the node gets a plugin: it exposes GPUs and the plugin hands them out (`allocator` is plain: _spec)."""
+    return _exposes(spec) and spec.get("allocator", Allocator.DEVICE_PLUGIN) == Allocator.DEVICE_PLUGIN
 
 
 def _planned_operands(spec: NodeSpec, node: Node) -> list[str]:
@@ -130,7 +137,7 @@ def _planned_operands(spec: NodeSpec, node: Node) -> list[str]:
         return pinned_operands(node)
     operands = validated(OperandsConfig, spec.get("operands") or {}, ("node", "operands"))
     mig = validated(MigStrategy, spec.get("migStrategy", MigStrategy.NONE), ("node", "migStrategy"))
-    return planned_operands(operands, exposes=_runs_plugin(spec), mig=mig)
+    return planned_operands(operands, exposes=_exposes(spec), mig=mig)
 
 
 def _identity(component: str, spec: NodeSpec, node: Node) -> _Identity:
@@ -145,11 +152,9 @@ def _identity(component: str, spec: NodeSpec, node: Node) -> _Identity:
     return _Identity(validated_input(NodeName, spec["name"], ("node", "name"), f"HiddenGpuNode {component}"), adopt)
 
 
-def _node(component: str, spec: NodeSpec, runs_plugin: bool) -> Node:
+def _node(component: str, spec: NodeSpec, exposes: bool) -> Node:
     def plugin_has_gpus(known: NodeConfig) -> list[ConfigError]:
-        return (
-            [ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])] if runs_plugin and not known.exposed_gpus else []
-        )
+        return [ConfigError(("node", "exposedGpus"), EMPTY_OUTPUT, [])] if exposes and not known.exposed_gpus else []
 
     node: Node = validated_input(NodeConfig, spec, ("node",), f"HiddenGpuNode {component}", plugin_has_gpus)
     return node
@@ -184,7 +189,7 @@ class NodeSummary(TypedDict):
     hiddenCount: int
     """How many GPUs the stack lists as hidden on the node."""
     devicePlugin: str | None
-    """The plugin DaemonSet's name; none where every GPU is hidden."""
+    """The plugin DaemonSet's name; none where every GPU is hidden or DRA hands the GPUs out."""
     runtimeClass: str | None
     """The RuntimeClass that lands a pod on the node (its pool's, where it has one); none where every GPU is hidden."""
 
@@ -215,8 +220,8 @@ class HiddenGpuNode(pulumi.ComponentResource):
     def __init__(self, name: str, args: HiddenGpuNodeArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.HIDDEN_GPU_NODE, name, None, opts)
         spec = _spec(args["node"])
-        runs_plugin = _runs_plugin(spec)
-        node = _node(name, spec, runs_plugin)
+        exposes = _exposes(spec)
+        node = _node(name, spec, exposes)
         identity = _identity(name, spec, node)
         plugin = validated(DevicePluginConfig, args["device_plugin"], ("devicePlugin",))
         pool_class = args.get("pool_class")
@@ -256,7 +261,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.plugin_config = None
         self.device_plugin = None
         self.operands = {}
-        if runs_plugin:
+        if exposes:
             runtime_class: pulumi.Input[str]
             if pool_class is not None:
                 runtime_class = pool_class
@@ -267,22 +272,24 @@ class HiddenGpuNode(pulumi.ComponentResource):
             # destroy Pulumi deletes ours first, then restores the label. The config, where there
             # is one, must exist before the plugin's pods mount it.
             needs: list[pulumi.Resource] = [self.label_patch]
-            # Plain, like everything that decides which objects exist (HiddenGpuNodeArgs.node).
-            if spec.get("timeSlicing") is not None:
-                self.plugin_config = _config_map(name, identity, node, args["plugin_namespace"], child)
-                needs.append(self.plugin_config)
-            self.device_plugin = _device_plugin(
-                name,
-                identity,
-                node,
-                plugin,
-                plugin_namespace=args["plugin_namespace"],
-                runtime_class=runtime_class,
-                # Replacing the plugin (an adoption given up, a namespace changed) deletes the old one first: two
-                # plugins of one resource on a node leave the kubelet with no healthy GPU until one registers again
-                # (kubelet v1.36 devicemanager/plugin/v1beta1/handler.go runClient disconnects by resource name).
-                opts=pulumi.ResourceOptions(parent=self, depends_on=needs, delete_before_replace=True),
-            )
+            # Where DRA hands the GPUs out, no plugin: one allocator per GPU (NodeConfig.allocator).
+            if _runs_plugin(spec):
+                # Plain, like everything that decides which objects exist (HiddenGpuNodeArgs.node).
+                if spec.get("timeSlicing") is not None:
+                    self.plugin_config = _config_map(name, identity, node, args["plugin_namespace"], child)
+                    needs.append(self.plugin_config)
+                self.device_plugin = _device_plugin(
+                    name,
+                    identity,
+                    node,
+                    plugin,
+                    plugin_namespace=args["plugin_namespace"],
+                    runtime_class=runtime_class,
+                    # Replacing the plugin (an adoption given up, a namespace changed) deletes the old one first:
+                    # two plugins of one resource on a node leave the kubelet with no healthy GPU until one registers
+                    # again (kubelet v1.36 devicemanager/plugin/v1beta1/handler.go runClient disconnects by name).
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=needs, delete_before_replace=True),
+                )
             # After the switch that takes the operator's own off the node: its GFD writes the same features file.
             self.operands = {
                 operand: pinned_operand(
@@ -308,7 +315,7 @@ def _summary(node: NodeConfig) -> NodeSummary:
         exposedCount=len(node.exposed_gpus),
         advertisedCount=node.advertised_gpus,
         hiddenCount=len(node.hidden_gpus),
-        devicePlugin=_plugin_name(node.name, node.adopt_device_plugin) if node.exposed_gpus else None,
+        devicePlugin=_plugin_name(node.name, node.adopt_device_plugin) if node.runs_plugin else None,
         runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
     )
 

@@ -1,4 +1,4 @@
-"""What a hidden node is labelled with, the RuntimeClass its pods name and, with hidden-gpu:dra, the DeviceClass
+"""What a hidden node is labelled with, the RuntimeClass its pods name and, where DRA allocates it, the DeviceClass
 they claim from: plain data, no Pulumi (cluster.verify checks the live cluster against it)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from common.names import (
     OPERAND_LABELS,
     PINNED_OPERANDS,
     POOL_LABEL,
+    Allocator,
     MigStrategy,
     OperandMode,
     dra_quota_key,
@@ -32,13 +33,13 @@ def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
 
 
 def gpu_device_classes(stack: StackConfig) -> dict[str, list[str]]:
-    """With hidden-gpu:dra, the stack's DeviceClasses and the exposed UUIDs each selects, in stack order: named like
-    the RuntimeClasses (one per pool, one per node outside a pool), for those that expose GPUs."""
+    """The stack's DeviceClasses and the exposed UUIDs each selects, in stack order: one per pool (or node outside a
+    pool) of the nodes DRA allocates that expose GPUs, named like the RuntimeClasses. No plugin node's GPU is in one:
+    each GPU has one allocator."""
     classes: dict[str, list[str]] = {}
-    if stack.dra is not None:
-        for node in stack.nodes:
-            if node.exposed_gpus:
-                classes.setdefault(runtime_class_of(node)[0], []).extend(node.exposed_gpus)
+    for node in stack.nodes:
+        if node.exposed_gpus and node.allocator == Allocator.DRA:
+            classes.setdefault(runtime_class_of(node)[0], []).extend(node.exposed_gpus)
     return classes
 
 
@@ -72,7 +73,12 @@ def operands_off(node: NodeConfig) -> str:
 
 
 def operand_setting(
-    operands: OperandsConfig, field: str, *, exposes: bool, mig: MigStrategy = MigStrategy.NONE
+    operands: OperandsConfig,
+    field: str,
+    *,
+    exposes: bool,
+    mig: MigStrategy = MigStrategy.NONE,
+    allocator: Allocator = Allocator.DEVICE_PLUGIN,
 ) -> bool | OperandMode:
     """An operand's setting with its default filled in: on (the operator's), off, or pinned (hidden-gpu's)."""
     wanted: bool | OperandMode | None = getattr(operands, field)
@@ -81,8 +87,10 @@ def operand_setting(
     if field == "dcgm_exporter":
         # Metrics of the exposed GPUs stay, of them alone; with MIG the pinned one is not offered (models.py).
         return OperandMode.PINNED if exposes and mig == MigStrategy.NONE else OperandMode.OFF
-    # The validator's plugin check waits for an NVIDIA resource: a node with none never passes it
-    # (gpu-operator cmd/nvidia-validator/main.go, validateGPUResource).
+    if field == "operator_validator":
+        # Its plugin check waits for an NVIDIA resource: a node with none (every GPU hidden, or handed out by DRA)
+        # never passes it (gpu-operator cmd/nvidia-validator/main.go, validateGPUResource).
+        return exposes and allocator == Allocator.DEVICE_PLUGIN
     return exposes
 
 
@@ -104,6 +112,9 @@ def operator_labels(node: NodeConfig) -> dict[str, str]:
     one is the operator's off)."""
     labels = {DEVICE_PLUGIN_LABEL: "false"}
     for field, label in OPERAND_LABELS.items():
-        if operand_setting(node.operands, field, exposes=bool(node.exposed_gpus), mig=node.mig_strategy) is not True:
+        setting = operand_setting(
+            node.operands, field, exposes=bool(node.exposed_gpus), mig=node.mig_strategy, allocator=node.allocator
+        )
+        if setting is not True:
             labels[label] = "false"
     return labels

@@ -10,7 +10,7 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from common.names import DeviceListStrategy, GuardMode, MigStrategy, OperandMode, ToolkitSettingsSource
+from common.names import Allocator, DeviceListStrategy, GuardMode, MigStrategy, OperandMode, ToolkitSettingsSource
 
 
 class OperandsSpec(TypedDict):
@@ -32,8 +32,9 @@ class OperandsSpec(TypedDict):
     `false` (`off`): none. Default: `pinned` where some GPU is exposed (without MIG), `false` elsewhere.
     `true`, the operator's own, is refused: it reads every GPU of the node."""
     operatorValidator: NotRequired[bool]
-    """Run the operator's validator here. Default: off where every GPU is hidden (its plugin validation
-    waits for an NVIDIA resource the node never advertises, so it would never turn Ready), on elsewhere."""
+    """Run the operator's validator here. Default: off where the node advertises no `nvidia.com/gpu` (every
+    GPU hidden, or `allocator: dra`: its plugin validation waits for that resource, so it would never
+    turn Ready), on elsewhere."""
     containerToolkit: NotRequired[bool]
     """Run the operator's container toolkit here, which installs the `nvidia` runtime handler. Default: off
     where every GPU is hidden, so no pod on the node can run under NVIDIA's runtime at all; it must stay
@@ -96,6 +97,10 @@ class NodeSpec(TypedDict):
     adoptDevicePlugin: NotRequired[AdoptedPluginSpec]
     """A hand-made plugin DaemonSet to take over as this node's plugin, keeping its name, namespace,
     selector and container name; only on a node that exposes GPUs."""
+    allocator: NotRequired[Allocator]
+    """Who hands the exposed GPUs to pods, exactly one: `devicePlugin` (the pinned plugin, as
+    `nvidia.com/gpu`) or `dra` (the stack's DeviceClass of the node or its pool, through NVIDIA's DRA
+    driver; no plugin runs). The nodes of a pool share one."""
 
 
 class TolerationSpec(TypedDict):

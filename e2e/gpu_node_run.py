@@ -126,16 +126,15 @@ def stack(strategy: str) -> dict[str, Any]:
 
 
 def variants() -> dict[str, dict[str, Any]]:
-    """The renders `run` applies: the plugin under each strategy, and the DeviceClass of hidden-gpu:dra with the
-    host's GPU exposed (`dra`) and hidden (`dra-hidden`)."""
+    """The renders `run` applies: the plugin under each strategy, and the DeviceClass of the node allocated by DRA
+    with the host's GPU exposed (`dra`) and hidden (`dra-hidden`)."""
+    exposed = stack("envvar") | {"hidden-gpu:dra": {}}
+    exposed["hidden-gpu:nodes"] = [{"name": NODE, "allocator": "dra", "exposedGpus": [PLACEHOLDER], "hiddenGpus": []}]
     hidden = stack("envvar") | {"hidden-gpu:dra": {}}
-    hidden["hidden-gpu:nodes"] = [{"name": NODE, "exposedGpus": [ELSEWHERE], "hiddenGpus": [PLACEHOLDER]}]
-    return {
-        "envvar": stack("envvar"),
-        "volume-mounts": stack("volume-mounts"),
-        "dra": stack("envvar") | {"hidden-gpu:dra": {}},
-        "dra-hidden": hidden,
-    }
+    hidden["hidden-gpu:nodes"] = [
+        {"name": NODE, "allocator": "dra", "exposedGpus": [ELSEWHERE], "hiddenGpus": [PLACEHOLDER]}
+    ]
+    return {"envvar": stack("envvar"), "volume-mounts": stack("volume-mounts"), "dra": exposed, "dra-hidden": hidden}
 
 
 # --- prepare (here) ----------------------------------------------------------------------------------------------

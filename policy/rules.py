@@ -161,6 +161,32 @@ def plugin_nodes_have_label_patch(args: StackValidationArgs, report_violation: R
             )
 
 
+def one_allocator_per_gpu(args: StackValidationArgs, report_violation: ReportViolation) -> None:
+    """No GPU a device plugin serves is in a DeviceClass's selector too: the scheduler's resource fit and the DRA
+    allocator never consult each other, so such a GPU would go out twice, past every quota."""
+    served: dict[str, str] = {}
+    for resource in args.resources:
+        if _operand(resource.props):
+            continue
+        for container in _plugin_containers(resource.resource_type, resource.props):
+            for uuid in (_env(container).get(VISIBLE_DEVICES_ENV) or "").split(","):
+                if uuid:
+                    served.setdefault(uuid, str((resource.props.get("metadata") or {}).get("name")))
+    for resource in args.resources:
+        if resource.resource_type != Token.DEVICE_CLASS:
+            continue
+        selectors = (resource.props.get("spec") or {}).get("selectors") or []
+        text = " ".join(str((s.get("cel") or {}).get("expression", "")) for s in selectors)
+        for uuid, plugin in sorted(served.items()):
+            if f'"{uuid}"' in text or f"'{uuid}'" in text:
+                name = (resource.props.get("metadata") or {}).get("name")
+                report_violation(
+                    f"GPU {uuid} is served by device plugin '{plugin}' and selected by DeviceClass '{name}': "
+                    "two allocators would hand it out twice; give it one (nodes[].allocator)",
+                    resource.urn,
+                )
+
+
 # What this program may create. A type outside it (a ClusterRoleBinding, a Pod, a Secret) is a change no
 # component makes: a broken or hostile program, refused before it reaches the cluster.
 ALLOWED_TYPES = frozenset(
@@ -172,6 +198,7 @@ ALLOWED_TYPES = frozenset(
         Token.RESOURCE_QUOTA,
         Token.DAEMONSET,
         Token.RUNTIME_CLASS,
+        Token.DEVICE_CLASS,
         Token.NETWORK_POLICY,
         Token.ADMISSION_POLICY,
         Token.ADMISSION_BINDING,
@@ -280,6 +307,10 @@ STACK_VALIDATORS = {
     "device-plugin-node-has-label-patch": (
         "Every node with a pinned plugin also gets the device-plugin=false label patch.",
         plugin_nodes_have_label_patch,
+    ),
+    "one-allocator-per-gpu": (
+        "No GPU a device plugin serves is selected by a DeviceClass too.",
+        one_allocator_per_gpu,
     ),
     "access-guard-present-and-failing-closed": (
         "Both guard policies and bindings exist, fail closed, bind every namespace, and deny (or warn and audit).",

@@ -31,6 +31,7 @@ from common.names import (
     POOL_CLASS_INFIX,
     PROTECTED_HOST_PATHS,
     RUNTIME_CLASS_PREFIX,
+    Allocator,
     DeviceListStrategy,
     GuardMode,
     MigStrategy,
@@ -257,8 +258,8 @@ class OperandsConfig(_Model):
     (`off`): none. Default: `pinned` where some GPU is exposed (without MIG), `false` elsewhere. `true`, the
     operator's own, is refused: it reads every GPU of the node."""
     operator_validator: bool | None = None
-    """Run the operator's validator here. Default: off where every GPU is hidden (its plugin validation waits for an
-    NVIDIA resource the node never advertises, so it would never turn Ready), on elsewhere."""
+    """Run the operator's validator here. Default: off where the node advertises no `nvidia.com/gpu` (every GPU hidden,
+    or `allocator: dra`: its plugin validation waits for that resource, so it would never turn Ready), on elsewhere."""
     container_toolkit: bool | None = None
     """Run the operator's container toolkit here, which installs the `nvidia` runtime handler. Default: off where every
     GPU is hidden, so no pod on the node can run under NVIDIA's runtime at all; it must stay on where a GPU is
@@ -318,6 +319,10 @@ class NodeConfig(_Model):
     adopt_device_plugin: AdoptedPluginConfig | None = None
     """A hand-made plugin DaemonSet to take over as this node's plugin, keeping its name, namespace, selector and
     container name; only on a node that exposes GPUs."""
+    allocator: Annotated[Allocator, LaxEnum] = Allocator.DEVICE_PLUGIN
+    """Who hands the exposed GPUs to pods, exactly one: `devicePlugin` (the pinned plugin, as `nvidia.com/gpu`) or
+    `dra` (the stack's DeviceClass of the node or its pool, through NVIDIA's DRA driver; no plugin runs). The nodes
+    of a pool share one."""
 
     @property
     def roles(self) -> dict[str, Role]:
@@ -329,9 +334,16 @@ class NodeConfig(_Model):
         return self.time_slicing.replicas if self.time_slicing else 1
 
     @property
+    def runs_plugin(self) -> bool:
+        """Whether the node gets a pinned device plugin: it exposes GPUs, and the plugin hands them out."""
+        return bool(self.exposed_gpus) and self.allocator == Allocator.DEVICE_PLUGIN
+
+    @property
     def advertised_gpus(self) -> int:
-        """How many `nvidia.com/gpu` the node's plugin advertises. Under the mixed strategy MIG
-        devices are advertised as `nvidia.com/mig-<profile>` instead."""
+        """How many `nvidia.com/gpu` the node's plugin advertises (none where DRA hands the GPUs out). Under the
+        mixed strategy MIG devices are advertised as `nvidia.com/mig-<profile>` instead."""
+        if self.allocator == Allocator.DRA:
+            return 0
         counted = [
             u for u in self.exposed_gpus if not (self.mig_strategy == MigStrategy.MIXED and u.startswith("MIG-"))
         ]
@@ -574,13 +586,22 @@ class StackConfig(_Model):
     cluster_policy: ClusterPolicyConfig = ClusterPolicyConfig()
     """The opt-in ClusterPolicy patch."""
     dra: DraConfig | None = None
-    """Present (`{}` takes the defaults): a DeviceClass per pool, or per node outside a pool, that exposes GPUs
-    (`hidden-gpu-pool-<pool>`, `hidden-gpu-<node>`), selecting only its exposed GPUs; tenants may claim from them
-    (ExactCount, no adminAccess, no tolerations) and `quotas` caps each class per namespace too."""
+    """The DRA settings of the nodes with `allocator: dra` (absent: the defaults; present, at least one such node).
+    Each pool, or node outside a pool, of those nodes that exposes GPUs gets a DeviceClass (`hidden-gpu-pool-<pool>`,
+    `hidden-gpu-<node>`) selecting only its exposed GPUs; tenants may claim from them (ExactCount, no adminAccess,
+    no tolerations) and `quotas` caps each class per namespace too."""
+
     rollout_wave: Annotated[StrictInt, Field(ge=0)] = 0
     """When `up` runs after a merge: stacks go in ascending waves, each only once the one before is up and
     verified (dev 0, prod 2: a new environment picks its place without touching the others). Read by
     `python -m offline.fleet --list`, which the up workflow runs; the program does not use it."""
+
+    @property
+    def dra_settings(self) -> DraConfig | None:
+        """The DRA settings in force: the written ones, or the defaults where a node is allocated by DRA."""
+        if self.dra is None and any(n.allocator == Allocator.DRA for n in self.nodes):
+            return DraConfig()
+        return self.dra
 
     @property
     def exempt_namespaces(self) -> list[str]:
@@ -612,6 +633,7 @@ def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
             "create it (nor ever delete it); set createNamespace: false, or use a namespace of its own",
         )
     yield from _adoption_stack_problems(stack)
+    yield from _allocator_problems(stack)
     first_node: dict[str, int] = {}
     first_place: dict[str, Loc] = {}
     for node_index, node in enumerate(stack.nodes):
@@ -624,6 +646,31 @@ def _stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
             first = first_place.setdefault(uuid, here)
             if first != here and first[1] != node_index:
                 yield here, uuid, f"GPU also listed on another node ({_short(first)}); a GPU belongs to one node"
+
+
+def _allocator_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
+    """One allocator per exposed GPU: a pool's class lands a pod on any of its nodes, so they share one; and
+    `hidden-gpu:dra` alone would make a class of GPUs the plugin already advertises (the old meaning), a GPU handed
+    out twice."""
+    first_in_pool: dict[str, int] = {}
+    for index, node in enumerate(stack.nodes):
+        if node.pool is None:
+            continue
+        first = first_in_pool.setdefault(node.pool, index)
+        if stack.nodes[first].allocator != node.allocator:
+            yield (
+                ("nodes", index, "allocator"),
+                str(node.allocator),
+                f"pool {node.pool} is allocated by {stack.nodes[first].allocator} (nodes[{first}]): a pool's nodes "
+                "share one allocator",
+            )
+    if stack.dra is not None and not any(n.allocator == Allocator.DRA for n in stack.nodes):
+        yield (
+            ("dra",),
+            _as_given(stack.dra),
+            "no node has allocator: dra, so every exposed GPU is the device plugin's: a DeviceClass of the same "
+            "GPUs would hand each out twice; set allocator: dra on the nodes DRA should serve, or delete this key",
+        )
 
 
 def _adoption_stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
@@ -698,6 +745,7 @@ def _node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
             "the node exposes GPUs: its pinned plugin and GPU pods run under the toolkit's nvidia runtime",
         )
     yield from _adoption_problems(node)
+    yield from _dra_node_problems(node)
     first_place: dict[str, Loc] = {}
     yield from _duplicates(node, first_place)
     yield from _mig_problems(node, first_place)
@@ -722,6 +770,26 @@ def _operand_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
                     "which hidden-gpu gives only its plugin; set `false`"
                 ),
             )
+
+
+def _as_given(model: BaseModel) -> dict[str, Any]:
+    """A section as the stack file gave it, for an error line: no default filled in."""
+    return model.model_dump(by_alias=True, exclude_unset=True)
+
+
+def _dra_node_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
+    """Settings of the device plugin mean nothing where DRA hands the GPUs out; said, not silently dropped."""
+    if node.allocator != Allocator.DRA:
+        return
+    if node.adopt_device_plugin is not None:
+        reason = "a hand-made plugin would hand the GPUs out beside DRA; delete it, or keep allocator: devicePlugin"
+        yield ("adoptDevicePlugin",), _as_given(node.adopt_device_plugin), f"not with allocator: dra: {reason}"
+    if node.time_slicing is not None:
+        reason = "time-slicing is the device plugin's; hidden-gpu shares no GPU through DRA yet"
+        yield ("timeSlicing",), _as_given(node.time_slicing), f"not with allocator: dra: {reason}"
+    if node.mig_strategy != MigStrategy.NONE:
+        reason = "hidden-gpu offers no MIG device through DRA yet; set migStrategy: none"
+        yield ("migStrategy",), str(node.mig_strategy), f"not with allocator: dra: {reason}"
 
 
 def _adoption_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
@@ -807,11 +875,23 @@ def quota_warnings(stack: StackConfig) -> list[str]:
     """Quotas above what this stack's nodes can ever advertise: not wrong (the cluster may have
     other GPU nodes), but often a forgotten time-slicing or a typo."""
     advertised = sum(node.advertised_gpus for node in stack.nodes)
+    # A quota caps nvidia.com/gpu and each DRA class apart: the most any one of them hands out.
+    per_class: dict[tuple[bool, str], int] = {}
+    for node in stack.nodes:
+        if node.allocator == Allocator.DRA and node.exposed_gpus:
+            key = (node.pool is not None, node.pool or node.name)  # one class per pool, or per node outside one
+            per_class[key] = per_class.get(key, 0) + len(node.exposed_gpus)
+    most = max(advertised, *per_class.values()) if per_class else advertised
+    what = (
+        f"{advertised} nvidia.com/gpu this stack's nodes advertise"
+        if not per_class
+        else f"{most} GPUs any one allocator of this stack hands out ({advertised} nvidia.com/gpu, its DeviceClasses "
+        f"{', '.join(map(str, per_class.values()))})"
+    )
     return [
-        f"{key_path(('quotas', namespace))} = {limit}: more than the {advertised} nvidia.com/gpu "
-        "this stack's nodes advertise"
+        f"{key_path(('quotas', namespace))} = {limit}: more than the {what}"
         for namespace, limit in sorted(stack.quotas.items())
-        if limit > advertised
+        if limit > most
     ]
 
 

@@ -35,7 +35,7 @@ from tests.support.routes import (
     capability_pod,
     host_path_pod,
 )
-from tests.support.stacks import changed
+from tests.support.stacks import changed, dra_allocated, valid_config
 
 
 def guard(**keys: Any) -> dict[str, Any]:
@@ -241,8 +241,7 @@ def test_the_stacks_own_classes_dra_resource_is_admitted() -> None:
     """issue 40, 3: docs/configuration.md says the stack's classes may be requested; a container asking for
     deviceclass.resource.kubernetes.io/<the stack's class> was denied. The scheduler's claim for it is of that class
     (its selector: the exposed UUIDs) and counted by the class quota. Another class stays denied."""
-    config = changed(lambda c: c.update({"hidden-gpu:dra": {}}))
-    run = run_program(config, "test")
+    run = run_program(dra_allocated(valid_config()), "test")
     own = sorted(r.inputs["metadata"]["name"] for r in run.of_type(Token.DEVICE_CLASS))[0]
     policy = pod_policy(run)
     assert admit(policy, pod(container(gpus="1", resource=f"deviceclass.resource.kubernetes.io/{own}"))) == []
@@ -276,8 +275,8 @@ def test_nvidia_as_default_runtime_judges_every_pod() -> None:
 
 @pytest.fixture(scope="module")
 def claims() -> dict[str, Any]:
-    """The claims policy of a stack with hidden-gpu:dra and one allowed NIC class."""
-    config = changed(lambda c: c.update({"hidden-gpu:dra": {}, "hidden-gpu:guard": CLAIMS_GUARD}))
+    """The claims policy of a stack whose GPUs DRA allocates, and one allowed NIC class."""
+    config = dra_allocated(changed(lambda c: c.update({"hidden-gpu:guard": CLAIMS_GUARD})))
     return claims_policy(run_program(config, "test"))
 
 
@@ -293,7 +292,7 @@ def test_claims_tenants_need_are_admitted(claims: dict[str, Any], name: str) -> 
 
 
 def test_without_dra_no_gpu_class_is_claimable() -> None:
-    """Without hidden-gpu:dra the stack has no GPU class: a claim from one that looks like it is denied, and the
+    """Where no node is allocated by DRA the stack has no GPU class: a claim from one that looks like it is denied, and the
     allowed NIC class stays claimable."""
     plain = claims_policy(run_program(guard(**CLAIMS_GUARD), "test"))
     assert rules_denying(plain, CLAIM_BENIGN["one-exposed-gpu"]) == ["claim-device-classes"]

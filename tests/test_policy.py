@@ -20,6 +20,7 @@ from policy import rules as policy_rules
 from policy.rules import (
     RESOURCE_VALIDATORS,
     no_operator_runtime_class,
+    one_allocator_per_gpu,
     plugin_devices_are_uuids,
     plugin_nodes_have_label_patch,
     plugin_pinned_to_one_node,
@@ -27,7 +28,7 @@ from policy.rules import (
 )
 from stack_config import read_stack_file
 from tests.support.objects import only, plugins
-from tests.support.stacks import changed, valid_config, with_mig
+from tests.support.stacks import EXPOSED, changed, dra_allocated, valid_config, with_mig
 
 STACK_FILES = stack_files()
 OPTS = PolicyResourceOptions(
@@ -70,6 +71,7 @@ def violations(validator: Any, resource_type: str, props: dict[str, Any]) -> lis
 def stack_violations(resources: list[PolicyResource]) -> list[str]:
     found = Collected()
     plugin_nodes_have_label_patch(StackValidationArgs(resources), found)
+    one_allocator_per_gpu(StackValidationArgs(resources), found)
     return list(found)
 
 
@@ -83,7 +85,11 @@ def plugin_container(props: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
-@pytest.mark.parametrize("stack_file", STACK_FILES, ids=[p.name for p in STACK_FILES])
+# The shipped stacks, and the one with every optional child (a DeviceClass among them).
+EVERY = [*STACK_FILES, Path(__file__).resolve().parent / "golden" / "Pulumi.every.yaml"]
+
+
+@pytest.mark.parametrize("stack_file", EVERY, ids=[p.name for p in EVERY])
 def test_every_stack_passes_every_policy(stack_file: Path) -> None:
     rendered = render.render(stack_file)
     for resource in rendered.run.kubernetes_objects:
@@ -327,3 +333,20 @@ def test_an_enforcing_list_that_does_not_read_fails_the_pack(tmp_path: Path, tex
     (tmp_path / "enforcing.yaml").write_text(text)
     with pytest.raises(ValueError, match="`stacks` must be a list of stack names"):
         enforcing_stacks(tmp_path / "enforcing.yaml")
+
+
+def test_a_gpu_of_the_plugin_in_a_device_class_is_refused() -> None:
+    """issue 40, 2: what hidden-gpu:dra rendered beside a plugin node before `allocator`: the plugin advertises the
+    exposed GPU and a DeviceClass selects it too. A program that still writes that fails the pack, naming both."""
+    plugin = run_program(valid_config(), "test")
+    classes = run_program(dra_allocated(valid_config()), "test").of_type(Token.DEVICE_CLASS)
+    both = [policy_resource(r) for r in [*plugin.kubernetes_objects, *classes]]
+    (found,) = stack_violations(both)
+    assert f"GPU {EXPOSED} is served by device plugin 'nvidia-device-plugin-gpu-node-01'" in found, found
+    assert "selected by DeviceClass 'hidden-gpu-gpu-node-01'" in found, found
+    assert (
+        stack_violations(
+            [policy_resource(r) for r in run_program(dra_allocated(valid_config()), "test").kubernetes_objects]
+        )
+        == []
+    )

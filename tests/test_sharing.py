@@ -18,7 +18,19 @@ from stack_config import InvalidConfigError, parse_project_config, quota_warning
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.guard import admit, plugin_pod, pod_policy
 from tests.support.objects import env_of, only, plugins
-from tests.support.stacks import CLUSTER, EXPOSED, HIDDEN, MIG_A, MIG_B, PARENT, changed, node, time_sliced, with_mig
+from tests.support.stacks import (
+    CLUSTER,
+    EXPOSED,
+    HIDDEN,
+    MIG_A,
+    MIG_B,
+    PARENT,
+    changed,
+    dra_allocated,
+    node,
+    time_sliced,
+    with_mig,
+)
 
 
 def plugin_configs(run: ProgramRun) -> list[Declared]:
@@ -95,6 +107,17 @@ def test_quota_above_what_the_nodes_advertise_is_a_warning(tmp_path: Path, capsy
     stack_file.write_text(yaml.safe_dump({"config": config}))
     assert render.main(["--stack-file", str(stack_file), "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("warning: hidden-gpu:quotas.big-team = 3")
+
+
+def test_a_quota_is_judged_by_each_allocator_apart() -> None:
+    """A quota caps nvidia.com/gpu and each DRA class apart: a DRA node's GPUs count for its class, not for the
+    plugin's resource (which it advertises none of)."""
+    config = dra_allocated(changed(lambda c: c.__setitem__("hidden-gpu:quotas", {"ml-team": 1, "big-team": 3})))
+    assert quota_warnings(parse_project_config(config)) == [
+        "hidden-gpu:quotas.big-team = 3: more than the 1 GPUs any one allocator of this stack hands out "
+        "(0 nvidia.com/gpu, its DeviceClasses 1)"
+    ]
+    assert run_program(config, "test").outputs["nodes"]["gpu-node-01"]["advertisedCount"] == 0
 
 
 def test_mig_strategy_env_and_capability() -> None:

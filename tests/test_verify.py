@@ -19,7 +19,7 @@ from offline.bench import synthetic_stack
 from offline.program import run_program
 from stack_config import parse_project_config, read_stack_file
 from tests.support.fake_apiserver import Cluster, node, pod, serve
-from tests.support.stacks import write_stack
+from tests.support.stacks import dra_allocated, write_stack
 
 PROD = Path(__file__).resolve().parent.parent / "stacks" / "Pulumi.prod.yaml"
 OFF = {
@@ -49,10 +49,10 @@ def healthy(config: dict[str, Any], stack: str = "prod") -> Cluster:
             getattr(cluster, RENDERED_KINDS[resource.type]).append(copy.deepcopy(resource.inputs))
     for entry, parsed in zip(config[f"{PROJECT}:nodes"], parse_project_config(config).nodes, strict=True):
         exposed = entry["exposedGpus"]
-        cluster.nodes.append(node(entry["name"], len(exposed) or None, node_labels(parsed)))
+        cluster.nodes.append(node(entry["name"], parsed.advertised_gpus or None, node_labels(parsed)))
         cluster.nodes[-1]["metadata"]["annotations"] = {OPERANDS_OFF_ANNOTATION: operands_off(parsed)}
-        # The pinned plugin and operands: one Ready pod each, given exactly the exposed GPUs.
-        for name in [PLUGIN_NAME] * bool(exposed) + pinned_operands(parsed):
+        # The pinned plugin (where it allocates) and operands: one Ready pod each, given exactly the exposed GPUs.
+        for name in [PLUGIN_NAME] * parsed.runs_plugin + pinned_operands(parsed):
             env = {"NVIDIA_VISIBLE_DEVICES": ",".join(exposed)}
             labels = plugin_labels(entry["name"], name)
             cluster.pods.append(
@@ -95,7 +95,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 69 checks, 16 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 70 checks, 16 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,7 +195,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 71 checks, 18 API requests")
+    assert out.strip().endswith("in 72 checks, 18 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -396,14 +396,13 @@ def test_every_safety_field_of_the_live_guard_is_compared(
 
 
 DRA_CONFIG = {
-    **PROD_CONFIG,
-    "hidden-gpu:dra": {},
+    **dra_allocated(PROD_CONFIG),
     "hidden-gpu:guard": {**PROD_CONFIG.get("hidden-gpu:guard", {}), "allowedDeviceClasses": ["nic.example.com"]},
 }
 
 
 def dra_cluster() -> Cluster:
-    """prod with hidden-gpu:dra as `up` leaves it, and NVIDIA's kubelet plugin's slice for gpu-node-01: every GPU."""
+    """prod with DRA allocating its GPUs, as `up` leaves it, and NVIDIA's kubelet plugin's slice for gpu-node-01: every GPU."""
     cluster = healthy(DRA_CONFIG, stack="prod")
     for resource in run_program(DRA_CONFIG, "prod").of_type(Token.DEVICE_CLASS):
         cluster.device_classes.append(copy.deepcopy(resource.inputs))

@@ -20,9 +20,11 @@ from common.names import DRA_API_PATH, NVIDIA_DRA_DRIVER
 from e2e.controlplane import ControlPlane
 from e2e.node import DRA_DRIVER, Node, claim_results, dra_devices, grant_dra_driver, using_claim
 from tests.node.conftest import (
+    GPU,
     NODE,
     TENANT,
     apply_render,
+    clear_plugin_namespace,
     eventually,
     probe_pid,
     probe_pod,
@@ -52,15 +54,22 @@ NVIDIA_CLASS = {
 
 
 def config() -> dict[str, Any]:
-    return {**stack("envvar"), "hidden-gpu:dra": {}}
+    """The node's exposed GPU handed out by DRA alone (`allocator: dra`): the render runs no device plugin."""
+    written = stack("envvar")
+    written["hidden-gpu:nodes"] = [{**n, "allocator": "dra"} for n in written["hidden-gpu:nodes"]]
+    return {**written, "hidden-gpu:dra": {}}
 
 
 @pytest.fixture(scope="module")
 def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The render with the guard and hidden-gpu:dra applied, NVIDIA's class beside it, the driver's plugin started
-    and its slice published; yields the stack's DeviceClass for the node."""
+    """The render with the guard applied on a node no device plugin serves (earlier modules' plugins deleted), NVIDIA's
+    class beside it, the driver's plugin started and its slice published; yields the stack's DeviceClass for the
+    node."""
     objects = rendered_objects(tmp_path_factory.mktemp("dra"), "envvar", guard=True, config=config())
     (device_class,) = [o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass"]
+    assert not [o for o in objects if o["kind"] == "DaemonSet" and "device-plugin" in o["metadata"]["name"]]
+    clear_plugin_namespace(node_plane)
+    eventually(lambda: node.allocatable(GPU) == 0, "no nvidia.com/gpu allocatable")
     apply_render(node_plane, objects)
     node_plane.apply(NVIDIA_CLASS, manager="nvidia-dra-driver-chart")
     grant_dra_driver(node_plane)
@@ -136,14 +145,20 @@ def test_the_plugin_publishes_every_gpu_as_nvidias_driver_does(node_plane: Contr
 def test_claims_of_the_stack_class_get_the_exposed_gpu_only(
     node_plane: ControlPlane, node: Node, gpu_class: str, tmp_path: Path
 ) -> None:
-    """Three claims and their pods at once, for the one exposed GPU: one pod runs and sees exactly it, through the
-    kubelet's DRA manager, the plugin's prepare and containerd's CDI injection; the other two stay unallocated and
-    Pending. Then host.audit reads the allocation from the kubelet and finds it clean."""
+    """Three claims and their pods at once, for the one exposed GPU, and two pods asking for `nvidia.com/gpu` beside
+    them (issue 40, 2: with a plugin and a class of the same GPU, the real scheduler bound one of each): one claim's
+    pod runs and sees exactly the GPU, through the kubelet's DRA manager, the plugin's prepare and containerd's CDI
+    injection; every other pod stays Pending, the plugin-resource ones for want of `nvidia.com/gpu`. Then
+    host.audit reads the allocation from the kubelet and finds it clean."""
     names = [f"dra-{i}" for i in range(CLAIMS)]
     for name in names:
         new_claim(node_plane, name, gpu_class)
     for name in names:
         node_plane.create(claim_pod(name, name))
+    for index in range(2):
+        extended = probe_pod(f"plugin-resource-{index}", gpus=1, sleep=True)
+        extended["metadata"]["labels"] = {"test": "dra"}
+        node_plane.create(extended)
 
     def settled() -> dict[str, list[str]]:
         allocations = {name: allocated_uuids(node_plane, TENANT, name) for name in names}
@@ -152,11 +167,17 @@ def test_claims_of_the_stack_class_get_the_exposed_gpu_only(
             for p in dra_pods(node_plane)
             if any(c["type"] == "PodScheduled" and c["status"] == "False" for c in p["status"].get("conditions", []))
         ]
-        done = sum(1 for a in allocations.values() if a) == 1 and len(pending) == CLAIMS - 1
+        done = sum(1 for a in allocations.values() if a) == 1 and len(pending) == CLAIMS - 1 + 2
         assert done, (allocations, pending, node.log("dra-plugin")[-1500:])
         return allocations
 
     allocations = eventually(settled, "one claim allocated, the other pods unschedulable")
+    bound = [p["metadata"]["name"] for p in dra_pods(node_plane) if p["spec"].get("nodeName")]
+    assert len(bound) == 1, bound  # the node exposes one GPU: one pod of five, whichever allocator it asked
+    for index in range(2):
+        extended = node_plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/plugin-resource-{index}")
+        (scheduled,) = [c for c in extended["status"]["conditions"] if c["type"] == "PodScheduled"]
+        assert f"Insufficient {GPU}" in scheduled.get("message", ""), scheduled
     (holder,) = [name for name, uuids in allocations.items() if uuids]
     assert allocations[holder] == [EXPOSED]
     lines = eventually(

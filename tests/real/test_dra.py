@@ -56,7 +56,7 @@ def stack_config() -> dict[str, Any]:
     return {
         **CLUSTER,
         "hidden-gpu:nodes": [
-            {"name": name, "pool": POOL, "exposedGpus": exposed, "hiddenGpus": hidden}
+            {"name": name, "pool": POOL, "allocator": "dra", "exposedGpus": exposed, "hiddenGpus": hidden}
             for name, (exposed, hidden) in NODES.items()
         ],
         "hidden-gpu:quotas": {TENANT: QUOTA, "ml-training": 1},

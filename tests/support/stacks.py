@@ -52,6 +52,12 @@ def changed(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     return config
 
 
+def dra_allocated(config: dict[str, Any]) -> dict[str, Any]:
+    """The config with DRA handing out every node's GPUs (`allocator: dra`), its settings written as the defaults."""
+    nodes = [{**n, "allocator": "dra"} for n in config["hidden-gpu:nodes"]]
+    return {**config, "hidden-gpu:nodes": nodes, "hidden-gpu:dra": {}}
+
+
 def node(config: dict[str, Any], index: int = 0) -> dict[str, Any]:
     nodes: list[dict[str, Any]] = config["hidden-gpu:nodes"]
     return nodes[index]
@@ -394,5 +400,62 @@ REJECTIONS = [
         "hidden-gpu:devicePlugin.image",
         None,
         "malformed digest",
+    ),
+    # One allocator per exposed GPU (issue 40, 2): the old meaning of hidden-gpu:dra made a DeviceClass of the GPUs
+    # the plugin advertises.
+    Rejection(
+        "dra-classes-of-plugin-gpus",
+        changed(lambda c: c.__setitem__("hidden-gpu:dra", {})),
+        "hidden-gpu:dra",
+        "{}",
+        "no node has allocator: dra, so every exposed GPU is the device plugin's",
+    ),
+    Rejection(
+        "allocator-unknown",
+        changed(lambda c: node(c).__setitem__("allocator", "both")),
+        "hidden-gpu:nodes[0].allocator",
+        '"both"',
+        "must be one of 'devicePlugin' or 'dra'",
+    ),
+    Rejection(
+        "pool-of-two-allocators",
+        changed(
+            lambda c: c["hidden-gpu:nodes"].__setitem__(
+                slice(None),
+                [
+                    {"name": "gpu-node-01", "pool": "p", "exposedGpus": [EXPOSED]},
+                    {"name": "gpu-node-02", "pool": "p", "exposedGpus": [], "allocator": "dra"},
+                ],
+            )
+        ),
+        "hidden-gpu:nodes[1].allocator",
+        '"dra"',
+        "pool p is allocated by devicePlugin (nodes[0]): a pool's nodes share one allocator",
+    ),
+    Rejection(
+        "dra-node-time-sliced",
+        changed(lambda c: node(c).update({"allocator": "dra", "timeSlicing": {"replicas": 2}})),
+        "hidden-gpu:nodes[0].timeSlicing",
+        '{"replicas": 2',
+        "not with allocator: dra: time-slicing is the device plugin's",
+    ),
+    Rejection(
+        "dra-node-adopts-a-plugin",
+        changed(
+            lambda c: node(c).update(
+                {
+                    "allocator": "dra",
+                    "adoptDevicePlugin": {
+                        "namespace": "kube-system",
+                        "name": "hand-made",
+                        "matchLabels": {"a": "b"},
+                        "container": "plugin",
+                    },
+                }
+            )
+        ),
+        "hidden-gpu:nodes[0].adoptDevicePlugin",
+        None,
+        "not with allocator: dra: a hand-made plugin would hand the GPUs out beside DRA",
     ),
 ]
