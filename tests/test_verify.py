@@ -449,6 +449,34 @@ def test_dra_findings_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert f"{hidden[0]} by nic.example.com (selector not evaluable here)" in text
 
 
+def test_a_plugin_gpu_a_tenant_class_selects_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 40, 2: on a plugin node, an allowed class that selects every device of NVIDIA's driver reaches the
+    exposed GPU the plugin also hands out: two allocators of one GPU. And a DRA node advertising nvidia.com/gpu (a
+    plugin left running there) is a mismatch of its allocatable count."""
+    config = {**PROD_CONFIG, "hidden-gpu:guard": {"allowedDeviceClasses": ["nic.example.com"]}}
+    cluster = healthy(config)
+    cluster.device_classes.append(device_class("nic.example.com", "device.driver == 'gpu.nvidia.com'"))
+    first = parse_project_config(config).nodes[0]
+    devices = [
+        {"name": f"gpu-{minor}", "attributes": {"uuid": {"string": uuid}}}
+        for minor, uuid in enumerate([*first.exposed_gpus, *first.hidden_gpus])
+    ]
+    cluster.resource_slices.append(
+        {"metadata": {"name": "s"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": first.name, "devices": devices}}
+    )
+    status, out, _ = run(tmp_path, cluster, capsys, stack=str(write_stack(tmp_path, config, "prod")))
+    assert status == EXIT_FINDING
+    (row,) = [line for line in out.splitlines() if "GPUs of its device plugin a tenant DeviceClass selects" in line]
+    assert row.endswith("MISMATCH") and all(f"{uuid} by nic.example.com" in row for uuid in first.exposed_gpus), row
+
+    dra = dra_cluster()
+    (node_01,) = [n for n in dra.nodes if n["metadata"]["name"] == first.name]
+    node_01["status"]["allocatable"] = {"nvidia.com/gpu": "2"}
+    status, out, _ = run(tmp_path, dra, capsys, stack=str(write_stack(tmp_path, DRA_CONFIG, "prod")))
+    assert status == EXIT_FINDING
+    assert [row[:5] for row in mismatches(out)] == [[first.name, "allocatable", "nvidia.com/gpu", "0", "2"]], out
+
+
 def test_what_the_warn_phase_left_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """issue 40, 1: objects made while the guard only warned are never judged again by admission. verify names each
     in a namespace the guard judges (ml-team), none in an exempt one (kube-system)."""
