@@ -76,6 +76,12 @@ class Group:
     """(header, Debian package) pairs the cgo build needs; installed with apt-get where missing and root."""
     own_source: bool = field(default=False, repr=False)
     """Our own code (e2e/go/<group>/**.go), not a dependency's: its files are part of the cache key."""
+    toolchain: str = field(default="", repr=False)
+    """The Go release the module needs where this machine's is older (GOTOOLCHAIN: the go command fetches it from
+    the module proxy, as a module); part of the cache key, as the machine's Go version is."""
+
+    def env(self) -> dict[str, str]:
+        return {"GOTOOLCHAIN": self.toolchain} if self.toolchain else {}
 
 
 # What the GPU host run needs besides the groups marked gpu_host (that field is part of a group's cache key:
@@ -84,6 +90,16 @@ GPU_HOST_TOO = ("containerd", "node", "dra")
 GPU_HOST_ONLY = ("gpuhost",)
 K = "k8s.io/component-base/version"
 C = "k8s.io/client-go/pkg/version"
+K8S_VERSION_FLAGS = tuple(
+    f"{pkg}.{key}={value}"
+    for pkg in (K, C)
+    for key, value in (
+        ("gitVersion", "{v}"),
+        ("gitMajor", "{major}"),
+        ("gitMinor", "{minor}"),
+        ("gitTreeState", "clean"),
+    )
+)
 GROUPS = (
     Group("etcd", {"etcd": "go.etcd.io/etcd/server/v3"}, "go.etcd.io/etcd/server/v3"),
     # Without the version the API server reports v0.0.0 and pulumi-kubernetes refuses the cluster.
@@ -92,8 +108,7 @@ GROUPS = (
         {n: f"k8s.io/kubernetes/cmd/{n}"
          for n in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")},
         "k8s.io/kubernetes",
-        tuple(f"{pkg}.{key}={value}" for pkg in (K, C) for key, value in
-              (("gitVersion", "{v}"), ("gitMajor", "{major}"), ("gitMinor", "{minor}"), ("gitTreeState", "clean"))),
+        K8S_VERSION_FLAGS,
     ),
     Group("pulumi", {"pulumi": "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi"}, "github.com/pulumi/pulumi/pkg/v3",
           ("github.com/pulumi/pulumi/sdk/v3/go/common/version.Version={v}",), tags="osusergo,grpcnotrace"),
@@ -118,9 +133,7 @@ GROUPS = (
     # The GPU host run (e2e/gpu_node_run.py): etcd and the four Kubernetes programs as one multi-call binary
     # (e2e/go/gpuhost/main.go), since separately they do not fit the device machine's carry; Kubernetes'
     # version flags as in the k8s group.
-    Group("gpuhost", {"hidden-gpu-host": "hidden-gpu.test/e2e/gpuhost"}, "k8s.io/kubernetes",
-          tuple(f"{pkg}.{key}={value}" for pkg in (K, C) for key, value in
-                (("gitVersion", "{v}"), ("gitMajor", "{major}"), ("gitMinor", "{minor}"), ("gitTreeState", "clean"))),
+    Group("gpuhost", {"hidden-gpu-host": "hidden-gpu.test/e2e/gpuhost"}, "k8s.io/kubernetes", K8S_VERSION_FLAGS,
           gpu_host=True, own_source=True),
     # Our own programs for the node tier's images: pause, probe, the stand-in device plugin, and the stand-ins for the
     # operands hidden-gpu pins beside it (GFD, dcgm-exporter); the GPU host carries only the first three.
@@ -137,6 +150,11 @@ GROUPS = (
     # NVIDIA's GPU Operator controller (e2e/gpu_operator.py); served only as a pseudo-version (its go.mod).
     Group("gpuoperator", {"gpu-operator": "github.com/NVIDIA/gpu-operator/cmd/gpu-operator"},
           "github.com/NVIDIA/gpu-operator", ("github.com/NVIDIA/gpu-operator/internal/info.version={v}",)),
+    # The API server of every other minor a platform may run, for the guard's admission tests
+    # (tests/real/test_admission_minors.py): the newest patch of each the module proxy serves; 1.38's needs Go 1.27.
+    *(Group(f"k8s{minor}", {f"kube-apiserver-1.{minor[1:]}": "k8s.io/kubernetes/cmd/kube-apiserver"},
+            "k8s.io/kubernetes", K8S_VERSION_FLAGS, toolchain=toolchain)
+      for minor, toolchain in (("135", ""), ("136", ""), ("138", "go1.27.3"))),
 )  # fmt: skip
 
 
@@ -150,7 +168,7 @@ def module_version(group: Group) -> str:
     """The version go.mod selects for the group's version module, or that of its replacement."""
     if not group.version_module:
         return "v0.0.0+source"  # the cache key names the source
-    listed = json.loads(go("list", "-m", "-json", group.version_module, cwd=MODULES / group.name))
+    listed = json.loads(go("list", "-m", "-json", group.version_module, cwd=MODULES / group.name, env=group.env()))
     return str((listed.get("Replace") or {}).get("Version") or listed["Version"])
 
 
@@ -223,7 +241,7 @@ def build(group: Group, target: Path) -> None:
     version = module_version(group)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        cwd, env = MODULES / group.name, {"CGO_ENABLED": "1"} if group.cgo else {}
+        cwd, env = MODULES / group.name, {"CGO_ENABLED": "1", **group.env()} if group.cgo else group.env()
         if group.generated_embeds:
             # A fixed source path per key: Go's build cache then serves a rebuild of the same pins.
             src = CACHE / "src" / target.name

@@ -94,24 +94,32 @@ class ControlPlane:
         *,
         controllers: tuple[str, ...] = (),
         identities: dict[str, list[str]] | None = None,
+        minor: str = "",
     ) -> Iterator[ControlPlane]:
         """Everything under one tmpfs directory, removed afterwards; every process stopped, even on failure.
 
         `controllers` runs more kube-controller-manager controllers than CONTROLLERS (the node tier adds
         node-lifecycle-controller); `identities` adds token identities (name -> groups), e.g. a kubelet's
-        `system:node:<node>` in `system:nodes`."""
+        `system:node:<node>` in `system:nodes`. `minor` ("1.35") runs that minor's API server (`kube-apiserver-1.35`
+        in bin_dir) and nothing beside it and etcd: no controller manager, no scheduler."""
         base = Path("/dev/shm") if Path("/dev/shm").is_dir() else None
         root = Path(tempfile.mkdtemp(prefix="hidden-gpu-e2e-", dir=base))
         groups = {**IDENTITIES, **(identities or {})}
         plane = cls(root, "", {name: os.urandom(16).hex() for name in groups}, groups=groups)
         try:
-            plane._start(bin_dir, controllers)
+            plane._start(bin_dir, controllers, minor=minor)
             yield plane
         finally:
             plane.stop()
             shutil.rmtree(root, ignore_errors=True)
 
-    def _start(self, bin_dir: Path, controllers: tuple[str, ...] = ()) -> None:
+    def _start(
+        self,
+        bin_dir: Path,
+        controllers: tuple[str, ...] = (),
+        *,
+        minor: str = "",
+    ) -> None:
         pki = self.root / "pki"
         make_pki(pki)
         (self.root / "tokens.csv").write_text(
@@ -129,7 +137,7 @@ class ControlPlane:
                     "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
                     "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}", "--log-level", "warn")  # fmt: skip
-        self._spawn("kube-apiserver", bin_dir / "kube-apiserver",
+        self._spawn("kube-apiserver", bin_dir / (f"kube-apiserver-{minor}" if minor else "kube-apiserver"),
                     f"--etcd-servers=http://127.0.0.1:{etcd_client}", "--bind-address=127.0.0.1",
                     "--advertise-address=127.0.0.1", f"--secure-port={api}",
                     # v1.37 refuses a loopback advertise address with the default (lease) endpoint reconciler
@@ -145,7 +153,7 @@ class ControlPlane:
                     f"--audit-policy-file={self.root}/audit.yaml", f"--audit-log-path={self.root}/audit.log",
                     "--v=0")  # fmt: skip
         self.wait_ready()
-        for component in ("kube-controller-manager", "kube-scheduler"):
+        for component in () if minor else ("kube-controller-manager", "kube-scheduler"):
             identity = f"system:{component}"  # the identities tokens.csv gives them
             extra = (
                 [f"--controllers={','.join((CONTROLLERS, *controllers))}",

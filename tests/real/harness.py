@@ -15,10 +15,12 @@ from typing import Any, TypeVar
 import pulumi
 from pulumi import automation as auto
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, STACK_FILE_ENV
+from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, STACK_FILE_ENV, Token
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
-from tests.real.conftest import TENANT
+from offline.program import ProgramRun, run_program
+from tests.real.conftest import TENANT, eventually
+from tests.support.routes import ROUTES
 
 T = TypeVar("T")
 PROGRAM = Path(__file__).resolve().parents[2] / "__main__.py"
@@ -111,3 +113,34 @@ def rule_in(message: str | None) -> str:
     assert message is not None, "admitted"
     assert "hidden-gpu guard, rule " in message, message
     return message.split("hidden-gpu guard, rule ", 1)[1].split(":", 1)[0]
+
+
+# Every RuntimeClass a route or benign pod names: the RuntimeClass admission plugin refuses a pod naming
+# one that does not exist before any policy sees it.
+CLASSES = {
+    "nvidia": "nvidia",
+    "nvidia-cdi": "nvidia",
+    "nvidia-legacy": "nvidia",
+    "nvidia-experimental": "nvidia-experimental",
+    "my-gpu-runtime": "nvidia",
+    "hidden-gpu-pool-shared": "nvidia",
+    "gvisor": "runsc",
+}
+GUARD_KINDS = (Token.ADMISSION_POLICY, Token.ADMISSION_BINDING, Token.MUTATING_POLICY, Token.MUTATING_BINDING)
+
+
+def guard_objects(run: ProgramRun) -> list[dict[str, Any]]:
+    return [r.inputs for r in run.kubernetes_objects if r.type in GUARD_KINDS]
+
+
+def apply_guard(plane: ControlPlane, config: dict[str, Any], probe: dict[str, Any] | None = None) -> ProgramRun:
+    """The guard of this stack config, applied and in force: a known route (`probe`, by default a privileged pod) is
+    denied before this returns."""
+    run = run_program(config, "test")
+    for obj in (r.inputs for r in run.kubernetes_objects if r.type == Token.RUNTIME_CLASS):
+        plane.apply(obj)
+    for obj in guard_objects(run):
+        plane.apply(obj)
+    probe = probe or ROUTES["privileged"][0]
+    eventually(lambda: "hidden-gpu guard" in (denial(plane, probe, identity="admin") or ""), what="the guard in force")
+    return run

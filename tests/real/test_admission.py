@@ -18,39 +18,10 @@ from common.names import ENV_KEYS_POLICY_NAME, OPERATOR_NAMESPACE, POLICY_NAME, 
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
 from tests.real.conftest import TENANT, eventually
-from tests.real.harness import denial, rule_in, with_namespace
+from tests.real.harness import CLASSES, apply_guard, denial, guard_objects, rule_in, with_namespace
 from tests.support.guard import container, pod, with_ephemeral
 from tests.support.routes import BENIGN, GPU_POD, OURS, ROUTES, VOID
 from tests.support.stacks import changed
-
-# Every RuntimeClass a route or benign pod names: the RuntimeClass admission plugin refuses a pod naming
-# one that does not exist before any policy sees it.
-CLASSES = {
-    "nvidia": "nvidia",
-    "nvidia-cdi": "nvidia",
-    "nvidia-legacy": "nvidia",
-    "nvidia-experimental": "nvidia-experimental",
-    "my-gpu-runtime": "nvidia",
-    "hidden-gpu-pool-shared": "nvidia",
-    "gvisor": "runsc",
-}
-GUARD_KINDS = (Token.ADMISSION_POLICY, Token.ADMISSION_BINDING, Token.MUTATING_POLICY, Token.MUTATING_BINDING)
-
-
-def guard_objects(run: ProgramRun) -> list[dict[str, Any]]:
-    return [r.inputs for r in run.kubernetes_objects if r.type in GUARD_KINDS]
-
-
-def apply_guard(plane: ControlPlane, config: dict[str, Any]) -> ProgramRun:
-    """The guard of this stack config, applied and in force: a known route is denied before this returns."""
-    run = run_program(config, "test")
-    for obj in (r.inputs for r in run.kubernetes_objects if r.type == Token.RUNTIME_CLASS):
-        plane.apply(obj)
-    for obj in guard_objects(run):
-        plane.apply(obj)
-    probe = ROUTES["privileged"][0]
-    eventually(lambda: "hidden-gpu guard" in (denial(plane, probe, identity="admin") or ""), what="the guard in force")
-    return run
 
 
 @pytest.fixture(scope="module")
