@@ -46,7 +46,11 @@ def check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) ->
         fields = (
             ("failurePolicy", "Fail", str(spec.get("failurePolicy"))),
             ("matches", "as declared", same(rules_live, [declared.match])),
-            ("exemptions", "as declared", same(conditions, {NOT_EXEMPT: f"!({exemption(args)})"})),
+            (
+                "matchConditions",
+                "as declared",
+                same(conditions, {NOT_EXEMPT: f"!({exemption(args)})", **dict(declared.conditions)}),
+            ),
             ("namespaceSelector", "as declared", same(selector, namespace_selector(args))),
             ("variables", "as declared", same(live_variables, declared.variables)),
             ("rules", "as declared", same(live_rules, [r.expression for r in declared.rules])),

@@ -38,15 +38,24 @@ def _where(obj: dict[str, Any]) -> tuple[str, str]:
     return str(metadata.get("namespace", "")), str(metadata.get("name", ""))
 
 
-def denied_rules(spec: PolicySpec, obj: dict[str, Any], namespace: dict[str, Any] | None) -> list[str]:
+def denied_rules(
+    spec: PolicySpec, obj: dict[str, Any], namespace: dict[str, Any] | None, stack_nodes: frozenset[str] = frozenset()
+) -> list[str]:
     """The rules an enforcing guard denies this pod, claim or template by, judged as its CREATE (a pod without
-    `spec.nodeName`)."""
-    created = copy.deepcopy(obj)
+    `spec.nodeName`); none where the policy's scope does not reach it: a pod bound to a node counts as naming one
+    only where that node is the stack's (`stack_nodes`), as that is what the scope keeps judged."""
+    created, bound = copy.deepcopy(obj), None
     if obj.get("kind", "Pod") == "Pod":
-        (created.get("spec") or {}).pop("nodeName", None)
+        bound = (created.get("spec") or {}).pop("nodeName", None)
     kind = {"kind": obj.get("kind", "Pod")}
     request = {"operation": "CREATE", "namespace": _where(obj)[0], "subResource": "", "kind": kind}
     context: dict[str, Any] = {"object": created, "oldObject": None, "request": request, "namespaceObject": namespace}
+    if spec.conditions:
+        placed = copy.deepcopy(created)
+        if bound in stack_nodes:
+            placed["spec"]["nodeName"] = bound
+        if not all(compiled(expression).execute({**context, "object": placed}) for _, expression in spec.conditions):
+            return []
     context["variables"] = {}
     for name, expression in spec.variables:
         context["variables"][name] = compiled(expression).execute(context)
@@ -85,6 +94,6 @@ def check_leftovers(stack: StackConfig, listed: dict[str, list[dict[str, Any]] |
             "Failed",
         ):
             continue
-        if rules := denied_rules(pods_spec, pod, namespaces.get(namespace)):
+        if rules := denied_rules(pods_spec, pod, namespaces.get(namespace), frozenset(n.name for n in stack.nodes)):
             found.append(Check(namespace, f"Pod {name}: the enforcing guard would deny it", CLEAN, ",".join(rules)))
     yield from found or [Check("cluster", "objects the rollout left that the guard would deny", CLEAN, CLEAN)]

@@ -47,8 +47,10 @@ from common.names import (
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
     QUOTA_NAME,
+    SHARED_NODE_TAINT,
     VISIBLE_DEVICES_ENV,
     Allocator,
+    GuardScope,
 )
 from components.guard_rules import (
     GuardSettings,
@@ -208,6 +210,13 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
             handler if "nvidia" in handler.lower() else "not NVIDIA's",
         )
     args = GuardSettings.of(stack)
+    if args.scope == GuardScope.SHARED_NODES:
+        # The scope admits untouched what cannot reach these nodes: only their taint keeps such pods off them.
+        for node in stack.nodes:
+            taints = ((live.nodes.get(node.name) or {}).get("spec") or {}).get("taints") or []
+            effects = sorted(str(t.get("effect")) for t in taints if t.get("key") == SHARED_NODE_TAINT)
+            actual = ",".join(effects) or f"<none: kubectl taint node {node.name} {SHARED_NODE_TAINT}=true:NoSchedule>"
+            yield Check(node.name, f"taint {SHARED_NODE_TAINT} (guard.scope sharedNodes)", "NoSchedule", actual)
     for declared in policy_specs(args):
         yield from check_guard_policy(declared, args, live)
     yield from check_node_switches(live)

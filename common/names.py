@@ -6,6 +6,7 @@ them from here; nothing re-types them. Standard library only: the GPU-host tools
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Final
 
 PROJECT = "hidden-gpu"
 # Where the program finds its stack file when it is not in Pulumi.yaml's stackConfigDir (an Automation
@@ -49,6 +50,14 @@ class GuardMode(StrEnum):
     AUDIT = "audit"
 
 
+class GuardScope(StrEnum):
+    """Which pods the access guard's pod rules judge, outside the exempt namespaces."""
+
+    CLUSTER = "cluster"  # every pod
+    # Those that can reach a shared node: tolerating SHARED_NODE_TAINT, naming a node, or under an NVIDIA runtime.
+    SHARED_NODES = "sharedNodes"
+
+
 class OperandMode(StrEnum):
     """What runs of a GPU-reading operand (GPU Feature Discovery, dcgm-exporter) on a hidden-gpu node, besides off."""
 
@@ -74,6 +83,11 @@ class Role(StrEnum):
 
 
 # --- Kubernetes resources and labels ---
+
+# The taint a platform puts on every node of a stack whose guard judges shared nodes only (guard.scope): a pod that
+# does not tolerate it can be scheduled to none of them. hidden-gpu's RuntimeClasses always tolerate it.
+SHARED_NODE_TAINT = "hidden-gpu.io/shared-node"
+SHARED_NODE_TAINT_EFFECT: Final = "NoSchedule"
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Extended resources only take the `requests.` prefix in a ResourceQuota.

@@ -251,7 +251,13 @@ class AccessGuard(pulumi.ComponentResource):
             spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
                 failure_policy="Fail",
                 match_constraints=_match(spec.match, args),
-                match_conditions=[_not_exempt(args)],
+                match_conditions=[
+                    _not_exempt(args),
+                    *(
+                        k8s.admissionregistration.v1.MatchConditionArgs(name=name, expression=expression)
+                        for name, expression in spec.conditions
+                    ),
+                ],
                 variables=_variable_args(spec.variables) or None,
                 validations=[
                     k8s.admissionregistration.v1.ValidationArgs(

@@ -6,6 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import NVIDIA_RUNTIME_HANDLER, PART_OF, PART_OF_LABEL, POOL_LABEL, Token, pool_class_name
+from components.node_pods import runtime_scheduling
 
 
 class GpuPoolArgs(TypedDict):
@@ -30,7 +31,7 @@ class GpuPool(pulumi.ComponentResource):
                 name=pool_class_name(args["pool"]), labels={PART_OF_LABEL: PART_OF, POOL_LABEL: args["pool"]}
             ),
             handler=NVIDIA_RUNTIME_HANDLER,
-            scheduling=k8s.node.v1.SchedulingArgs(node_selector={POOL_LABEL: args["pool"]}),
+            scheduling=runtime_scheduling(POOL_LABEL, args["pool"]),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"runtimeClass": pool_class_name(args["pool"])})

@@ -15,7 +15,7 @@ unchanged, and they type-check without warnings in the API server.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from common.names import (
@@ -38,7 +38,9 @@ from common.names import (
     TOOLKIT_FEATURE_ENV,
     VISIBLE_DEVICES_ENV,
     GuardMode,
+    GuardScope,
 )
+from components.guard_scope import entering_scope, scope_conditions
 from components.node_labels import gpu_device_classes
 from stack_config.models import GuardConfig, StackConfig
 
@@ -75,7 +77,7 @@ UNGATING = (
     " && size(oldObject.spec.schedulingGates) > 0"
     " && (!has(object.spec.schedulingGates) || size(object.spec.schedulingGates) == 0)"
 )
-JUDGED_WHOLE = ("creating", f"{CREATING[1]} || ({UNGATING})")
+JUDGED_WHOLE = f"{CREATING[1]} || ({UNGATING})"
 # What the optional mutating policy sets: the toolkit gives a container with it no GPU.
 VOID = NO_GPU_VALUES[0]
 REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
@@ -102,6 +104,8 @@ class PolicySpec:
     """The one resource rule of its match constraints, in wire names (cluster.verify compares them)."""
     variables: list[tuple[str, str]]
     rules: list[Rule]
+    conditions: list[tuple[str, str]] = field(default_factory=list)
+    """Match conditions beside the exemption (guard_scope: the pods a scope judges), by name."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ class GuardSettings:
     add_void: bool
     """Also declare the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void to new containers that would
     otherwise be denied for lack of a GPU request."""
+    scope: GuardScope = GuardScope.CLUSTER
+    """Which pods the pod rules judge (guard_scope)."""
 
     @classmethod
     def of(cls, stack: StackConfig) -> GuardSettings:
@@ -148,6 +154,7 @@ class GuardSettings:
             allowed_device_classes=list(guard.allowed_device_classes),
             gpu_device_classes=list(gpu_classes),
             add_void=guard.add_void,
+            scope=guard.scope,
         )
 
 
@@ -156,16 +163,23 @@ def _listed(obj: str, kinds: tuple[str, ...]) -> str:
     return " + ".join(f"dyn(has({obj}.spec.{kind}) ? {obj}.spec.{kind} : [])" for kind in kinds)
 
 
-def nvidia_runtime(args: GuardSettings) -> str:
+def nvidia_runtime(args: GuardSettings, obj: str = "object") -> str:
     """CEL: the pod's containers may run under the NVIDIA toolkit. A list of NVIDIA classes is never
     complete (k3s ships `nvidia-experimental`, an admin adds their own), so every named class counts
     unless the stack lists it as plain; judging a plain pod so costs it only a `void`."""
     if args.nvidia_is_default_runtime:
         return "true"
     return (
-        "has(object.spec.runtimeClassName) && object.spec.runtimeClassName != ''"
-        f" && !(object.spec.runtimeClassName in {cel(sorted(args.plain_runtime_classes))})"
+        f"has({obj}.spec.runtimeClassName) && {obj}.spec.runtimeClassName != ''"
+        f" && !({obj}.spec.runtimeClassName in {cel(sorted(args.plain_runtime_classes))})"
     )
+
+
+def judged_whole(args: GuardSettings) -> tuple[str, str]:
+    """The `creating` variable: the request is judged as the pod's create (a CREATE, a last gate removed, or a pod
+    entering the guard's scope)."""
+    entering = entering_scope(args.scope, nvidia_runtime(args, "oldObject"))
+    return ("creating", JUDGED_WHOLE + (f" || ({entering})" if entering else ""))
 
 
 def _new_ephemeral() -> str:
@@ -181,7 +195,7 @@ def _new_ephemeral() -> str:
 def variables(args: GuardSettings) -> list[tuple[str, str]]:
     allowed_paths = cel(sorted(args.allowed_host_paths))
     return [
-        JUDGED_WHOLE,
+        judged_whole(args),
         # What this request adds. CREATE: every container. UPDATE: only `kubectl debug`'s new ephemeral
         # containers; a pod update may change nothing else of a container but its image (the API server's
         # ValidatePodUpdate, which runs before validating admission), and no rule here reads the image.
@@ -539,7 +553,13 @@ def policy_specs(args: GuardSettings) -> tuple[PolicySpec, ...]:
     """The three ValidatingAdmissionPolicies: over pods, over the keys envFrom turns into env, and over the
     DeviceClasses tenants' claims name."""
     return (
-        PolicySpec(POLICY_NAME, resource_rule(POD_RESOURCES), variables(args), rules(args)),
+        PolicySpec(
+            POLICY_NAME,
+            resource_rule(POD_RESOURCES),
+            variables(args),
+            rules(args),
+            scope_conditions(args.scope, nvidia_runtime(args)),
+        ),
         PolicySpec(ENV_KEYS_POLICY_NAME, resource_rule(ENV_KEYS_RESOURCES), [], [ENV_KEY_RULE]),
         PolicySpec(CLAIMS_POLICY_NAME, CLAIMS_RULE, claim_variables(), claim_rules(args)),
     )

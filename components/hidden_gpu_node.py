@@ -40,7 +40,7 @@ from common.names import (
 )
 from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
-from components.node_pods import node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
+from components.node_pods import node_pod_spec, plugin_config_volume, runtime_scheduling, scan_exceptions, unprivileged
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
@@ -363,7 +363,7 @@ def _runtime_class(
         # Pods that pick this class land on this node: the nvidia runtime is only offered
         # where a pinned plugin decides which GPUs a pod gets. By our own label: the
         # kubernetes.io/hostname label need not equal the node's name.
-        scheduling=derive(node, lambda n: k8s.node.v1.SchedulingArgs(node_selector={NODE_LABEL: n.name})),
+        scheduling=derive(node, lambda n: runtime_scheduling(NODE_LABEL, n.name)),
         opts=opts,
     )
 

@@ -6,7 +6,13 @@ deliberate exceptions written into the object."""
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import PLUGIN_CONFIG_DIR, SCAN_SKIP_ANNOTATION_PREFIX, plugin_config_name
+from common.names import (
+    PLUGIN_CONFIG_DIR,
+    SCAN_SKIP_ANNOTATION_PREFIX,
+    SHARED_NODE_TAINT,
+    SHARED_NODE_TAINT_EFFECT,
+    plugin_config_name,
+)
 from stack_config.models import DevicePluginConfig
 
 
@@ -27,6 +33,14 @@ def on_node(node_name: str) -> k8s.core.v1.AffinityArgs:
             )
         )
     )
+
+
+def runtime_scheduling(label: str, value: pulumi.Input[str]) -> k8s.node.v1.SchedulingArgs:
+    """Where a pod of a hidden-gpu RuntimeClass lands: by our own node (or pool) label. It tolerates the shared-node
+    taint always: such a pod is judged by the guard whatever its scope, and a change of guard.scope then changes no
+    RuntimeClass (the RuntimeClass admission plugin adds the toleration to the pod)."""
+    toleration = k8s.core.v1.TolerationArgs(key=SHARED_NODE_TAINT, operator="Exists", effect=SHARED_NODE_TAINT_EFFECT)
+    return k8s.node.v1.SchedulingArgs(node_selector={label: value}, tolerations=[toleration])
 
 
 def unprivileged(added: list[str] | None = None) -> k8s.core.v1.SecurityContextArgs:

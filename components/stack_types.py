@@ -10,7 +10,15 @@ from typing import NotRequired, TypedDict
 
 import pulumi
 
-from common.names import Allocator, DeviceListStrategy, GuardMode, MigStrategy, OperandMode, ToolkitSettingsSource
+from common.names import (
+    Allocator,
+    DeviceListStrategy,
+    GuardMode,
+    GuardScope,
+    MigStrategy,
+    OperandMode,
+    ToolkitSettingsSource,
+)
 
 
 class OperandsSpec(TypedDict):
@@ -202,6 +210,14 @@ class GuardSpec(TypedDict):
     nvidiaIsDefaultRuntime: NotRequired[bool]
     """`true` if `nvidia` is containerd's default runtime on the GPU nodes: then every tenant container
     runs the toolkit, and each must request an NVIDIA resource or set `NVIDIA_VISIBLE_DEVICES=void`."""
+    scope: NotRequired[GuardScope]
+    """Which pods the pod rules judge: `cluster`, every pod outside the exempt namespaces; `sharedNodes`,
+    only pods that can reach a node of this stack: those tolerating the taint
+    `hidden-gpu.io/shared-node` (which the platform puts on each such node: `kubectl taint node <node>
+    hidden-gpu.io/shared-node=true:NoSchedule`), naming a node (`spec.nodeName`, which bypasses the
+    scheduler's taints), or running under an NVIDIA runtime. Other pods are admitted untouched and can
+    be scheduled to no shared node; `cluster.verify` fails on a stack node without the taint. The
+    ConfigMap/Secret and claim policies judge the whole cluster either way."""
     allowedDeviceClasses: NotRequired[list[str]]
     """DeviceClass names (say a NIC class) tenants may use through Dynamic Resource Allocation: their
     ResourceClaims and ResourceClaimTemplates may name them, and their containers may request the

@@ -31,9 +31,12 @@ from common.names import (
     POOL_CLASS_INFIX,
     PROTECTED_HOST_PATHS,
     RUNTIME_CLASS_PREFIX,
+    SHARED_NODE_TAINT,
+    SHARED_NODE_TAINT_EFFECT,
     Allocator,
     DeviceListStrategy,
     GuardMode,
+    GuardScope,
     MigStrategy,
     OperandMode,
     Role,
@@ -494,6 +497,13 @@ class GuardConfig(_Model):
     nvidia_is_default_runtime: bool = False
     """`true` if `nvidia` is containerd's default runtime on the GPU nodes: then every tenant container runs the
     toolkit, and each must request an NVIDIA resource or set `NVIDIA_VISIBLE_DEVICES=void`."""
+    scope: Annotated[GuardScope, LaxEnum] = GuardScope.CLUSTER
+    """Which pods the pod rules judge: `cluster`, every pod outside the exempt namespaces; `sharedNodes`, only pods
+    that can reach a node of this stack: those tolerating the taint `hidden-gpu.io/shared-node` (which the platform
+    puts on each such node: `kubectl taint node <node> hidden-gpu.io/shared-node=true:NoSchedule`), naming a node
+    (`spec.nodeName`, which bypasses the scheduler's taints), or running under an NVIDIA runtime. Other pods are
+    admitted untouched and can be scheduled to no shared node; `cluster.verify` fails on a stack node without the
+    taint. The ConfigMap/Secret and claim policies judge the whole cluster either way."""
     allowed_device_classes: list[ObjectName] = Field(default_factory=list)
     """DeviceClass names (say a NIC class) tenants may use through Dynamic Resource Allocation: their ResourceClaims
     and ResourceClaimTemplates may name them, and their containers may request the class's extended resource
@@ -530,6 +540,17 @@ class GuardConfig(_Model):
             for index, name in enumerate(self.allowed_device_classes)
             if (reason := _device_class_problem(name))
         )
+        if self.scope == GuardScope.SHARED_NODES and self.nvidia_is_default_runtime:
+            _raise_any(
+                [
+                    (
+                        ("scope",),
+                        str(self.scope),
+                        "with nvidiaIsDefaultRuntime every pod runs under NVIDIA's runtime and is judged wherever it "
+                        "runs: the scope would judge every pod anyway; set scope: cluster",
+                    )
+                ]
+            )
         return self
 
 
@@ -602,6 +623,16 @@ class StackConfig(_Model):
         if self.dra is None and any(n.allocator == Allocator.DRA for n in self.nodes):
             return DraConfig()
         return self.dra
+
+    @property
+    def plugin_pods(self) -> DevicePluginConfig:
+        """The plugin settings hidden-gpu's DaemonSets are rendered with: with guard.scope sharedNodes they also
+        tolerate the shared-node taint, which their nodes carry."""
+        shared = Toleration(key=SHARED_NODE_TAINT, operator="Exists", effect=SHARED_NODE_TAINT_EFFECT)
+        plugin = self.device_plugin
+        if self.guard.scope != GuardScope.SHARED_NODES or shared in plugin.tolerations:
+            return plugin
+        return plugin.model_copy(update={"tolerations": [*plugin.tolerations, shared]})
 
     @property
     def exempt_namespaces(self) -> list[str]:

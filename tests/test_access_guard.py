@@ -20,6 +20,7 @@ from tests.support.guard import (
     plugin_pod,
     pod,
     pod_policy,
+    rules_denying,
     with_ephemeral,
 )
 from tests.support.objects import only
@@ -45,12 +46,6 @@ def guard(**keys: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def policy(run: ProgramRun) -> dict[str, Any]:
     return pod_policy(run)
-
-
-def rules_denying(policy: dict[str, Any], obj: dict[str, Any], **kwargs: Any) -> list[str]:
-    messages = admit(policy, obj, **kwargs)
-    assert messages is not None, "the policy did not apply"
-    return [message.split(":", 1)[0].removeprefix("hidden-gpu guard, rule ") for message in messages]
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=list(ROUTES))

@@ -359,7 +359,7 @@ def exempt_a_tenant(cluster: Cluster) -> None:
             ),
             "matches",
         ),
-        (exempt_a_tenant, "exemptions"),
+        (exempt_a_tenant, "matchConditions"),
         (lambda c: guard_policy(c)["spec"]["variables"].pop(), "variables"),
         (
             lambda c: guard_policy(c)["spec"]["matchConstraints"].__setitem__(
@@ -534,3 +534,30 @@ def test_a_collection_it_may_not_list_is_a_mismatch_not_a_clean_result() -> None
     assert [(c.what, c.actual) for c in checks] == [
         ("list secrets (what the rollout left)", "forbidden: grant get/list")
     ]
+
+
+def test_the_scoped_guard_needs_its_taint_on_every_stack_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """guard.scope sharedNodes admits untouched what cannot reach a stack node: only the taint keeps such pods off
+    it. A node without it is named with the command that puts it there; a pod bound to a stack node that the
+    scoped rules would deny is a leftover, one on another node is not."""
+    config = {**PROD_CONFIG, "hidden-gpu:guard": {"scope": "sharedNodes"}}
+    cluster = healthy(config)
+    for found in cluster.nodes:
+        if found["metadata"]["name"] == "gpu-node-01":
+            found["spec"] = {"taints": [{"key": "hidden-gpu.io/shared-node", "value": "true", "effect": "NoSchedule"}]}
+    privileged = {"containers": [{"name": "a", "image": "x", "securityContext": {"privileged": True}}]}
+    cluster.namespaces = [{"metadata": {"name": "ml-team"}}]
+    cluster.pods += [
+        {"metadata": {"name": "elsewhere", "namespace": "ml-team"}, "spec": {**privileged, "nodeName": "cpu-node-01"}},
+        {"metadata": {"name": "shared", "namespace": "ml-team"}, "spec": {**privileged, "nodeName": "gpu-node-01"}},
+    ]
+    status, out, _ = run(tmp_path, cluster, capsys, stack=str(write_stack(tmp_path, config, "prod")))
+    assert status == EXIT_FINDING
+    rows = [" ".join(row) for row in mismatches(out)]
+    assert rows == [
+        "gpu-node-02 taint hidden-gpu.io/shared-node (guard.scope sharedNodes) NoSchedule <none: kubectl taint node"
+        " gpu-node-02 hidden-gpu.io/shared-node=true:NoSchedule> MISMATCH",
+        "ml-team Pod shared: the enforcing guard would deny it none privileged MISMATCH",
+    ], out

@@ -238,3 +238,10 @@ def mutate(
         cel.compile(expression)  # the initializers as written parse
         result = _merged(result, _checked(evaluate(as_maps(expression), context), ""))
     return result
+
+
+def rules_denying(policy: dict[str, Any], obj: dict[str, Any], **kwargs: Any) -> list[str]:
+    """The names of the rules that deny the object; the policy must apply to it."""
+    messages = admit(policy, obj, **kwargs)
+    assert messages is not None, "the policy did not apply"
+    return [message.split(":", 1)[0].removeprefix("hidden-gpu guard, rule ") for message in messages]
