@@ -8,11 +8,9 @@ from typing import Any
 from cluster.live import Check, Live
 from common.names import VOID_POLICY_NAME
 from components.guard_rules import (
-    NOT_EXEMPT,
     VALIDATION_ACTIONS,
     GuardSettings,
     PolicySpec,
-    exemption,
     namespace_selector,
     void_mutation,
     void_variables,
@@ -49,7 +47,7 @@ def check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) ->
             (
                 "matchConditions",
                 "as declared",
-                same(conditions, {NOT_EXEMPT: f"!({exemption(args)})", **dict(declared.conditions)}),
+                same(conditions, dict(declared.conditions)),
             ),
             ("namespaceSelector", "as declared", same(selector, namespace_selector(args))),
             ("variables", "as declared", same(live_variables, declared.variables)),

@@ -8,8 +8,8 @@ node: capacity and allocatable equal what the stack advertises, the operator swi
 GFD or dcgm-exporter runs there, and exactly one pinned plugin (and one of each pinned operand) is Ready there whose
 NVIDIA_VISIBLE_DEVICES is the stack's exposed UUIDs, in order, and no other stack's record lists the node or its
 GPUs. Stack-wide: the stack's own record, the RuntimeClasses (and no class the guard takes as plain with an NVIDIA
-handler), each admission policy field by field (failure policy, matches, exemptions, variables,
-rules), their bindings (the stack's mode, every namespace), the void policy if
+handler), each admission policy field by field (failure policy, matches, namespace selector, match conditions,
+variables, rules), their bindings (the stack's mode, every namespace), the void policy if
 `guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them. DRA
 (cluster/dra.py): no DeviceClass maps an NVIDIA resource name, the stack's DeviceClasses and their quotas are as
 declared, and no ResourceSlice of a stack's node lists a hidden GPU a class tenants may use selects.

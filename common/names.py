@@ -84,6 +84,9 @@ class Role(StrEnum):
 
 # --- Kubernetes resources and labels ---
 
+# The API server's own label on every namespace, its name (immutable, set since v1.21): the guard exempts by it.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
 # The taint a platform puts on every node of a stack whose guard judges shared nodes only (guard.scope): a pod that
 # does not tolerate it can be scheduled to none of them. hidden-gpu's RuntimeClasses always tolerate it.
 SHARED_NODE_TAINT = "hidden-gpu.io/shared-node"

@@ -17,13 +17,11 @@ from common.names import (
     Token,
 )
 from components.guard_rules import (
-    NOT_EXEMPT,
     POD_RESOURCES,
     VALIDATION_ACTIONS,
     GuardSettings,
     PolicySpec,
     denial,
-    exemption,
     namespace_selector,
     nvidia_runtime,
     policy_specs,
@@ -51,14 +49,12 @@ def _rule(rule: dict[str, list[str]]) -> k8s.admissionregistration.v1.NamedRuleW
 
 
 def _match(rule: dict[str, list[str]], args: GuardSettings) -> k8s.admissionregistration.v1.MatchResourcesArgs:
-    """What this resource rule matches, in every namespace but those an exempt label pair selects out."""
-    selector = namespace_selector(args)
+    """What this resource rule matches, in every namespace but the exempt ones (by name or label)."""
     return k8s.admissionregistration.v1.MatchResourcesArgs(
-        namespace_selector=None
-        if selector is None
-        else k8s.meta.v1.LabelSelectorArgs(
+        namespace_selector=k8s.meta.v1.LabelSelectorArgs(
             match_expressions=[
-                k8s.meta.v1.LabelSelectorRequirementArgs(**requirement) for requirement in selector["matchExpressions"]
+                k8s.meta.v1.LabelSelectorRequirementArgs(**requirement)
+                for requirement in namespace_selector(args)["matchExpressions"]
             ]
         ),
         resource_rules=[_rule(rule)],
@@ -77,10 +73,6 @@ def _metadata(name: str) -> k8s.meta.v1.ObjectMetaArgs:
 
 def _variable_args(named: list[tuple[str, str]]) -> list[k8s.admissionregistration.v1.VariableArgs]:
     return [k8s.admissionregistration.v1.VariableArgs(name=name, expression=expression) for name, expression in named]
-
-
-def _not_exempt(args: GuardSettings) -> k8s.admissionregistration.v1.MatchConditionArgs:
-    return k8s.admissionregistration.v1.MatchConditionArgs(name=NOT_EXEMPT, expression=f"!({exemption(args)})")
 
 
 class AccessGuardArgs(TypedDict):
@@ -215,7 +207,6 @@ class AccessGuard(pulumi.ComponentResource):
                 reinvocation_policy="IfNeeded",
                 match_constraints=_match(resource_rule(POD_RESOURCES), args),
                 match_conditions=[
-                    _not_exempt(args),
                     k8s.admissionregistration.v1.MatchConditionArgs(
                         name="nvidia-runtime", expression=nvidia_runtime(args)
                     ),
@@ -252,12 +243,10 @@ class AccessGuard(pulumi.ComponentResource):
                 failure_policy="Fail",
                 match_constraints=_match(spec.match, args),
                 match_conditions=[
-                    _not_exempt(args),
-                    *(
-                        k8s.admissionregistration.v1.MatchConditionArgs(name=name, expression=expression)
-                        for name, expression in spec.conditions
-                    ),
-                ],
+                    k8s.admissionregistration.v1.MatchConditionArgs(name=name, expression=expression)
+                    for name, expression in spec.conditions
+                ]
+                or None,
                 variables=_variable_args(spec.variables) or None,
                 validations=[
                     k8s.admissionregistration.v1.ValidationArgs(

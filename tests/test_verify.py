@@ -345,8 +345,8 @@ def guard_binding(cluster: Cluster) -> dict[str, Any]:
 
 
 def exempt_a_tenant(cluster: Cluster) -> None:
-    condition = guard_policy(cluster)["spec"]["matchConditions"][0]
-    condition["expression"] = condition["expression"].replace('"kube-system"', '"kube-system", "ml-training"')
+    by_name = guard_policy(cluster)["spec"]["matchConstraints"]["namespaceSelector"]["matchExpressions"][0]
+    by_name["values"].append("ml-training")
 
 
 @pytest.mark.parametrize(
@@ -359,7 +359,7 @@ def exempt_a_tenant(cluster: Cluster) -> None:
             ),
             "matches",
         ),
-        (exempt_a_tenant, "matchConditions"),
+        (exempt_a_tenant, "namespaceSelector"),
         (lambda c: guard_policy(c)["spec"]["variables"].pop(), "variables"),
         (
             lambda c: guard_policy(c)["spec"]["matchConstraints"].__setitem__(
