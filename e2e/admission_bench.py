@@ -179,9 +179,14 @@ def guard_denies(plane: ControlPlane, runtime_class: str) -> bool:
 
 
 @contextmanager
-def bench_plane() -> Iterator[ControlPlane]:
-    with ControlPlane.start(LINKS) as plane:
+def bench_plane(minor: str = "") -> Iterator[ControlPlane]:
+    """The tier's control plane, or another minor's API server beside etcd alone (tests/real/test_admission_minors.py),
+    where the bench makes the namespace's ServiceAccount as the controller manager would."""
+    with ControlPlane.start(LINKS, minor=minor) as plane:
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+        if minor:
+            account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
+            plane.apply({**account, "metadata": {"name": "default", "namespace": NAMESPACE}})
         deadline = time.monotonic() + 30
         while True:  # ServiceAccount admission refuses pods until the controller has made `default`
             try:
@@ -194,10 +199,10 @@ def bench_plane() -> Iterator[ControlPlane]:
         yield plane
 
 
-def measure(pods: int, rounds: int, workers: int) -> dict[str, Any]:
+def measure(pods: int, rounds: int, workers: int, minor: str = "") -> dict[str, Any]:
     guard, classes, runtime_class = rendered_guard()
     results: dict[str, Any] = {"pods": pods, "rounds": rounds, "workers": workers, "phases": []}
-    with bench_plane() as plane:
+    with bench_plane(minor) as plane:
         version = plane.request("GET", "/version")
         results["kubeApiserver"] = version.get("gitVersion")
         for runtime in classes:
@@ -269,11 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     arguments.add_argument("--rounds", type=int, default=3, help="rounds, each with and without the guard")
     arguments.add_argument("--workers", type=int, default=4, help="concurrent clients")
     arguments.add_argument("--json-out", type=Path, help="also write the full results here")
+    arguments.add_argument("--minor", default="", help="another minor's API server (1.35, 1.36, 1.38), etcd beside it")
     args = arguments.parse_args(argv)
-    if not (LINKS / "kube-apiserver").exists():
-        print(f"e2e.admission_bench: no kube-apiserver in {LINKS}: run python -m e2e.build first", file=sys.stderr)
+    server = f"kube-apiserver-{args.minor}" if args.minor else "kube-apiserver"
+    if not (LINKS / server).exists():
+        print(f"e2e.admission_bench: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
         return 2
-    results = measure(args.pods, args.rounds, args.workers)
+    results = measure(args.pods, args.rounds, args.workers, args.minor)
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results["summary"], indent=2))

@@ -238,6 +238,17 @@ def test_verify_names_the_operators_daemonset_on_a_hidden_node(
     plane = cluster.plane
     binding = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{NODE_SWITCHES_POLICY_NAME}"
     plane.request("DELETE", binding)
+    # The policy plugin learns of the deletion from its informer: wait until a write the binding denied passes.
+    eventually(
+        lambda: plane.request(
+            "PATCH",
+            f"/api/v1/nodes/{FULLY}?dryRun=All",
+            {"metadata": {"labels": {DEVICE_PLUGIN_LABEL: "true"}}},
+            content_type="application/merge-patch+json",
+        ),
+        30,
+        "the binding's deletion in force",
+    )
     reconciled(plane, lambda: patch_labels(plane, FULLY, {OPERANDS_LABEL: "false"}), "operands=false")
     eventually(lambda: DEVICE_PLUGIN_LABEL not in labels(plane, FULLY), 30, "the switches deleted")
     reconciled(plane, lambda: patch_labels(plane, FULLY, {OPERANDS_LABEL: None}), "operands removed")

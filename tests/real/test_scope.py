@@ -8,7 +8,6 @@ gpu-node-02 and cpu-node-01 (the cluster's others), kwok's, as in the whole tier
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +71,19 @@ def refusal(plane: ControlPlane, obj: dict[str, Any]) -> str | None:
     return None
 
 
+def tolerate(plane: ControlPlane, name: str) -> None:
+    """The tenant adds the shared-node toleration to its pod (a JSON patch: the scheduler writes the pod's status
+    meanwhile, so an update carrying a resourceVersion could conflict). The API server's defaults gave the pod
+    tolerations already (DefaultTolerationSeconds), so the list exists."""
+    plane.request(
+        "PATCH",
+        f"/api/v1/namespaces/{TENANT}/pods/{name}",
+        [{"op": "add", "path": "/spec/tolerations/-", "value": TOLERATION}],
+        identity="tenant",
+        content_type="application/json-patch+json",
+    )
+
+
 def scheduled(plane: ControlPlane, name: str) -> dict[str, Any]:
     found: dict[str, Any] = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/{name}")
     return next((c for c in found["status"].get("conditions", []) if c["type"] == "PodScheduled"), {})
@@ -119,19 +131,14 @@ def test_a_toleration_added_to_a_pending_pod_is_judged_as_its_create(plane: Cont
     """The API server lets an UPDATE add tolerations; to a Pending, out-of-scope pod that would be its way onto the
     shared node. The guard judges that update as the pod's create."""
     assert refusal(plane, privileged("waiting", affinity=on_shared_node())) is None
-    found = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/waiting")
-    updated = copy.deepcopy(found)
-    updated["spec"]["tolerations"] = [*(found["spec"].get("tolerations") or []), TOLERATION]
     with pytest.raises(ApiError) as denied:
-        plane.request("PUT", f"/api/v1/namespaces/{TENANT}/pods/waiting", updated, identity="tenant")
+        tolerate(plane, "waiting")
     assert rule_in(denied.value.message) == "privileged"
     # The route is real: a pod the guard admits, given the toleration so, is scheduled onto the shared node.
     calm = pod(container(), affinity=on_shared_node())
     calm["metadata"] = {"name": "calm", "namespace": TENANT}
     plane.create(calm, identity="tenant")
-    found = plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/calm")
-    found["spec"]["tolerations"] = [*(found["spec"].get("tolerations") or []), TOLERATION]
-    plane.request("PUT", f"/api/v1/namespaces/{TENANT}/pods/calm", found, identity="tenant")
+    tolerate(plane, "calm")
     bound = eventually(
         lambda: plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/calm")["spec"].get("nodeName"),
         seconds=60,
