@@ -55,8 +55,7 @@ provider = k8s.Provider(
     enable_config_map_mutable=True,
 )
 with_provider = pulumi.ResourceOptions(provider=provider)
-# With guard.scope sharedNodes hidden-gpu's pods also tolerate the shared-node taint their nodes carry.
-plugin = stack.plugin_pods
+plugin = stack.device_plugin
 
 namespace = PluginNamespace(
     "device-plugin", PluginNamespaceArgs(namespace=plugin.namespace, create=plugin.create_namespace), with_provider

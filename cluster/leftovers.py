@@ -15,12 +15,13 @@ Each in the namespaces the guard judges: not exempt by name, nor by label."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from cluster.dra import compiled
 from cluster.live import Check
-from common.names import DEVICE_ENV
+from common.names import DEVICE_ENV, NVIDIA_RESOURCE_PATTERN, Allocator
 from components.guard_rules import GuardSettings, PolicySpec, policy_specs
 from stack_config import StackConfig
 
@@ -97,3 +98,35 @@ def check_leftovers(stack: StackConfig, listed: dict[str, list[dict[str, Any]] |
         if rules := denied_rules(pods_spec, pod, namespaces.get(namespace), frozenset(n.name for n in stack.nodes)):
             found.append(Check(namespace, f"Pod {name}: the enforcing guard would deny it", CLEAN, ",".join(rules)))
     yield from found or [Check("cluster", "objects the rollout left that the guard would deny", CLEAN, CLEAN)]
+    yield from _held_by_the_old_allocator(stack, objects["pods"])
+
+
+def _held_by_the_old_allocator(stack: StackConfig, pods: list[dict[str, Any]]) -> Iterator[Check]:
+    """A node switched to `allocator: dra` loses its plugin, not the GPUs its pods were given: the kubelet keeps
+    them, while the DRA allocator takes them for free and hands them out again. Such pods must go first."""
+    for node in stack.nodes:
+        if node.allocator != Allocator.DRA:
+            continue
+        held = sorted(
+            "/".join(_where(pod))
+            for pod in pods
+            if (pod.get("spec") or {}).get("nodeName") == node.name
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and _requests_nvidia(pod)
+        )
+        yield Check(
+            node.name, "pods holding a device plugin's GPU (allocator dra: drain them)", CLEAN, ",".join(held) or CLEAN
+        )
+
+
+def _requests_nvidia(pod: dict[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resources = container.get("resources") or {}
+        for amounts in (resources.get("limits") or {}, resources.get("requests") or {}):
+            if any(
+                re.match(NVIDIA_RESOURCE_PATTERN, name) and str(value) not in ("0", "")
+                for name, value in amounts.items()
+            ):
+                return True
+    return False

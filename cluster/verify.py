@@ -214,8 +214,9 @@ def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
         # The scope admits untouched what cannot reach these nodes: only their taint keeps such pods off them.
         for node in stack.nodes:
             taints = ((live.nodes.get(node.name) or {}).get("spec") or {}).get("taints") or []
-            effects = sorted(str(t.get("effect")) for t in taints if t.get("key") == SHARED_NODE_TAINT)
-            actual = ",".join(effects) or f"<none: kubectl taint node {node.name} {SHARED_NODE_TAINT}=true:NoSchedule>"
+            effects = {str(t.get("effect")) for t in taints if t.get("key") == SHARED_NODE_TAINT}
+            missing = f"<none: kubectl taint node {node.name} {SHARED_NODE_TAINT}=true:NoSchedule>"
+            actual = "NoSchedule" if "NoSchedule" in effects else ",".join(sorted(effects)) or missing
             yield Check(node.name, f"taint {SHARED_NODE_TAINT} (guard.scope sharedNodes)", "NoSchedule", actual)
     for declared in policy_specs(args):
         yield from check_guard_policy(declared, args, live)

@@ -35,12 +35,16 @@ def on_node(node_name: str) -> k8s.core.v1.AffinityArgs:
     )
 
 
+def shared_node_toleration() -> k8s.core.v1.TolerationArgs:
+    """guard.scope sharedNodes' taint, tolerated by every pod hidden-gpu runs or lands whatever the scope."""
+    return k8s.core.v1.TolerationArgs(key=SHARED_NODE_TAINT, operator="Exists", effect=SHARED_NODE_TAINT_EFFECT)
+
+
 def runtime_scheduling(label: str, value: pulumi.Input[str]) -> k8s.node.v1.SchedulingArgs:
     """Where a pod of a hidden-gpu RuntimeClass lands: by our own node (or pool) label. It tolerates the shared-node
     taint always: such a pod is judged by the guard whatever its scope, and a change of guard.scope then changes no
     RuntimeClass (the RuntimeClass admission plugin adds the toleration to the pod)."""
-    toleration = k8s.core.v1.TolerationArgs(key=SHARED_NODE_TAINT, operator="Exists", effect=SHARED_NODE_TAINT_EFFECT)
-    return k8s.node.v1.SchedulingArgs(node_selector={label: value}, tolerations=[toleration])
+    return k8s.node.v1.SchedulingArgs(node_selector={label: value}, tolerations=[shared_node_toleration()])
 
 
 def unprivileged(added: list[str] | None = None) -> k8s.core.v1.SecurityContextArgs:
@@ -70,7 +74,12 @@ def node_pod_spec(
         security_context=k8s.core.v1.PodSecurityContextArgs(
             seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
         ),
-        tolerations=[k8s.core.v1.TolerationArgs(**t.model_dump(exclude_none=True)) for t in plugin.tolerations],
+        # And the shared-node taint, whatever guard.scope: a scope switched back to `cluster` before the nodes are
+        # untainted must not leave a rolled plugin unschedulable on its own node.
+        tolerations=[
+            *(k8s.core.v1.TolerationArgs(**t.model_dump(exclude_none=True)) for t in plugin.tolerations),
+            shared_node_toleration(),
+        ],
         containers=containers,
         volumes=volumes,
     )

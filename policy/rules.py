@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -161,6 +163,34 @@ def plugin_nodes_have_label_patch(args: StackValidationArgs, report_violation: R
             )
 
 
+# The one selector shape hidden-gpu's DeviceClasses have (components/node_labels.py device_selector): a driver's
+# devices whose uuid attribute is one of a list.
+_UUID_SELECTOR = re.compile(
+    r'^device\.driver == ("[^"\\]+") && "uuid" in device\.attributes\[\1\]'
+    r" && device\.attributes\[\1\]\.uuid in (\[[^\]]*\])$"
+)
+
+
+def device_class_selects_uuids_only(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """A DeviceClass the program makes selects listed UUIDs of one driver and nothing else: the claims policy lets
+    tenants claim from the stack's classes, so a wider selector, an `extendedResourceName` (plain `nvidia.com/gpu`
+    pods placed through it) or a driver config would reach what the stack hides."""
+    if args.resource_type != Token.DEVICE_CLASS:
+        return
+    spec = args.props.get("spec") or {}
+    extra = sorted(k for k in ("extendedResourceName", "config") if spec.get(k))
+    if extra:
+        report_violation(f"DeviceClass sets {', '.join(extra)}: it would reach more than the UUIDs it selects", None)
+    selectors = spec.get("selectors") or []
+    expressions = [str((s.get("cel") or {}).get("expression", "")) for s in selectors]
+    found = _UUID_SELECTOR.match(expressions[0]) if len(expressions) == 1 else None
+    uuids = json.loads(found.group(2)) if found else None
+    if not uuids or not all(isinstance(u, str) and (GPU_UUID.fullmatch(u) or MIG_UUID.fullmatch(u)) for u in uuids):
+        report_violation(
+            f"DeviceClass must select listed GPU UUIDs of one driver, in one selector, not {expressions}", None
+        )
+
+
 def one_allocator_per_gpu(args: StackValidationArgs, report_violation: ReportViolation) -> None:
     """No GPU a device plugin serves is in a DeviceClass's selector too: the scheduler's resource fit and the DRA
     allocator never consult each other, so such a GPU would go out twice, past every quota."""
@@ -297,6 +327,10 @@ RESOURCE_VALIDATORS: dict[str, tuple[str, Validator]] = {
     "no-operator-runtime-class": (
         f"No RuntimeClass named {', '.join(OPERATOR_RUNTIME_CLASSES)}.",
         no_operator_runtime_class,
+    ),
+    "device-class-selects-uuids-only": (
+        "A DeviceClass selects listed GPU UUIDs of one driver, with no extended resource name or config.",
+        device_class_selects_uuids_only,
     ),
     "only-known-resource-types": (
         "Only the resource types hidden-gpu's components create.",

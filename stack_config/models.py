@@ -31,8 +31,6 @@ from common.names import (
     POOL_CLASS_INFIX,
     PROTECTED_HOST_PATHS,
     RUNTIME_CLASS_PREFIX,
-    SHARED_NODE_TAINT,
-    SHARED_NODE_TAINT_EFFECT,
     Allocator,
     DeviceListStrategy,
     GuardMode,
@@ -599,7 +597,9 @@ class StackConfig(_Model):
     nodes: Annotated[list[NodeConfig], Field(min_length=1)]
     """The shared GPU nodes; at least one."""
     quotas: dict[NamespaceName, Annotated[StrictInt, Field(ge=0)]] = Field(default_factory=dict)
-    """Namespace -> the most `nvidia.com/gpu` it may request (`requests.nvidia.com/gpu`). The namespaces must exist."""
+    """Namespace -> the most `nvidia.com/gpu` it may request (`requests.nvidia.com/gpu`), and the most devices of each
+    of the stack's DRA classes it may claim: each counted apart (a quota caps one name at a time). The namespaces must
+    exist."""
     device_plugin: DevicePluginConfig = DevicePluginConfig()
     """The pinned device plugins."""
     guard: GuardConfig = GuardConfig()
@@ -623,16 +623,6 @@ class StackConfig(_Model):
         if self.dra is None and any(n.allocator == Allocator.DRA for n in self.nodes):
             return DraConfig()
         return self.dra
-
-    @property
-    def plugin_pods(self) -> DevicePluginConfig:
-        """The plugin settings hidden-gpu's DaemonSets are rendered with: with guard.scope sharedNodes they also
-        tolerate the shared-node taint, which their nodes carry."""
-        shared = Toleration(key=SHARED_NODE_TAINT, operator="Exists", effect=SHARED_NODE_TAINT_EFFECT)
-        plugin = self.device_plugin
-        if self.guard.scope != GuardScope.SHARED_NODES or shared in plugin.tolerations:
-            return plugin
-        return plugin.model_copy(update={"tolerations": [*plugin.tolerations, shared]})
 
     @property
     def exempt_namespaces(self) -> list[str]:

@@ -19,6 +19,7 @@ from offline.program import Declared, run_program
 from policy import rules as policy_rules
 from policy.rules import (
     RESOURCE_VALIDATORS,
+    device_class_selects_uuids_only,
     no_operator_runtime_class,
     one_allocator_per_gpu,
     plugin_devices_are_uuids,
@@ -350,3 +351,19 @@ def test_a_gpu_of_the_plugin_in_a_device_class_is_refused() -> None:
         )
         == []
     )
+
+
+def test_a_device_class_selects_listed_uuids_only() -> None:
+    """The claims policy lets tenants claim from the stack's classes: a class of that name that selects more, maps
+    nvidia.com/gpu or carries a driver config fails the pack, not only verify after the deploy."""
+    (declared,) = run_program(dra_allocated(valid_config()), "test").of_type(Token.DEVICE_CLASS)
+    assert violations(device_class_selects_uuids_only, declared.type, declared.inputs) == []
+    wide = copy.deepcopy(declared.inputs)
+    wide["spec"]["selectors"][0]["cel"]["expression"] = "device.driver == 'gpu.nvidia.com'"
+    mapped = copy.deepcopy(declared.inputs)
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    (found,) = violations(device_class_selects_uuids_only, declared.type, wide)
+    assert "must select listed GPU UUIDs of one driver" in found
+    assert violations(device_class_selects_uuids_only, declared.type, mapped) == [
+        "DeviceClass sets extendedResourceName: it would reach more than the UUIDs it selects"
+    ]

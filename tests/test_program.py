@@ -93,7 +93,10 @@ def test_plugin_has_what_a_device_plugin_pod_needs(run: ProgramRun) -> None:
         {"name": "device-plugin", "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}}
     ]
     assert container["volumeMounts"] == [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}]
-    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},  # the settings' default
+        {"key": "hidden-gpu.io/shared-node", "operator": "Exists", "effect": "NoSchedule"},  # guard.scope's, always
+    ]
     assert pod["priorityClassName"] == "system-node-critical"
     resources = container["resources"]
     assert isinstance(resources, dict) and set(resources) == {"requests", "limits"}

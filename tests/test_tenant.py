@@ -79,7 +79,11 @@ def test_plugin_scheduling_keys_follow_the_stack() -> None:
     }
     run = run_program(changed(lambda c: c["hidden-gpu:devicePlugin"].update(keys)), "test")
     pod = only(plugins(run)).inputs["spec"]["template"]["spec"]
-    assert pod["tolerations"] == [{"operator": "Exists"}]
+    # The stack's, then guard.scope's shared-node toleration, which every hidden-gpu pod carries.
+    assert pod["tolerations"] == [
+        {"operator": "Exists"},
+        {"key": "hidden-gpu.io/shared-node", "operator": "Exists", "effect": "NoSchedule"},
+    ]
     assert pod["priorityClassName"] == "gpu-critical"
     assert pod["imagePullSecrets"] == [{"name": "nvcr-pull"}]
     assert pod["containers"][0]["resources"] == keys["resources"]

@@ -561,3 +561,26 @@ def test_the_scoped_guard_needs_its_taint_on_every_stack_node(
         " gpu-node-02 hidden-gpu.io/shared-node=true:NoSchedule> MISMATCH",
         "ml-team Pod shared: the enforcing guard would deny it none privileged MISMATCH",
     ], out
+
+
+def test_a_pod_holding_a_plugins_gpu_on_a_dra_node_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A node switched to allocator dra keeps the GPUs its plugin gave out, in running pods the kubelet still holds
+    them for, while the DRA allocator sees them free: verify names each such pod (drain them first)."""
+    cluster = dra_cluster()
+    gpu_pod = {"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    cluster.namespaces = [{"metadata": {"name": "ml-team"}}]
+    cluster.pods += [
+        {
+            "metadata": {"name": "trainer", "namespace": "ml-team"},
+            "spec": {"nodeName": "gpu-node-01", "containers": [gpu_pod]},
+        },
+        {
+            "metadata": {"name": "cpu", "namespace": "ml-team"},
+            "spec": {"nodeName": "gpu-node-01", "containers": [{"name": "b", "image": "x"}]},
+        },
+    ]
+    status, out, _ = run(tmp_path, cluster, capsys, stack=str(write_stack(tmp_path, DRA_CONFIG, "prod")))
+    assert status == EXIT_FINDING
+    assert [" ".join(row) for row in mismatches(out)] == [
+        "gpu-node-01 pods holding a device plugin's GPU (allocator dra: drain them) none ml-team/trainer MISMATCH"
+    ], out
