@@ -44,7 +44,8 @@ NODESET = (
 )  # fmt: skip
 NODESET_FILE = "nodeset.tar.xz"
 CACHE = Path(os.environ.get("HIDDEN_GPU_E2E_CACHE", Path.home() / ".cache/hidden-gpu/e2e"))
-# The cold build's Go caches take about 6 GB here; refuse to start a build that cannot finish.
+# The whole cold build's Go caches took 25 GB here (docs/measurements/cold-ci-minors-2core.json), the largest group
+# (k8s) about a third of that: refuse to start a group's build that cannot finish.
 NEEDED_FREE_BYTES = 12 * 2**30
 PROVIDER_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
 PROVIDER_CMD = "cmd/pulumi-resource-kubernetes"
