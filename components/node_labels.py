@@ -18,8 +18,6 @@ from common.names import (
     MigStrategy,
     OperandMode,
     dra_quota_key,
-    pool_class_name,
-    runtime_class_name,
 )
 from stack_config.models import NodeConfig, OperandsConfig, StackConfig
 
@@ -28,19 +26,13 @@ def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
     """The RuntimeClass the node's pods name, and the node label and value it schedules by: the
     pool's where the node has one, else the node's own."""
     if node.pool:
-        return pool_class_name(node.pool), POOL_LABEL, node.pool
-    return runtime_class_name(node.name), NODE_LABEL, node.name
+        return node.class_name, POOL_LABEL, node.pool
+    return node.class_name, NODE_LABEL, node.name
 
 
 def gpu_device_classes(stack: StackConfig) -> dict[str, list[str]]:
-    """The stack's DeviceClasses and the exposed UUIDs each selects, in stack order: one per pool (or node outside a
-    pool) of the nodes DRA allocates that expose GPUs, named like the RuntimeClasses. No plugin node's GPU is in one:
-    each GPU has one allocator."""
-    classes: dict[str, list[str]] = {}
-    for node in stack.nodes:
-        if node.exposed_gpus and node.allocator == Allocator.DRA:
-            classes.setdefault(runtime_class_of(node)[0], []).extend(node.exposed_gpus)
-    return classes
+    """The stack's DeviceClasses and the UUIDs each selects (StackConfig.dra_classes)."""
+    return stack.dra_classes
 
 
 def device_selector(driver: str, uuids: list[str]) -> str:

@@ -40,6 +40,8 @@ from common.names import (
     Role,
     ToolkitSettingsSource,
     plugin_labels,
+    pool_class_name,
+    runtime_class_name,
 )
 from stack_config.errors import MISSING, FieldProblemsError, Loc, key_path
 
@@ -335,6 +337,11 @@ class NodeConfig(_Model):
         return self.time_slicing.replicas if self.time_slicing else 1
 
     @property
+    def class_name(self) -> str:
+        """The node's RuntimeClass and, where DRA allocates it, its DeviceClass: its pool's, else its own."""
+        return pool_class_name(self.pool) if self.pool else runtime_class_name(self.name)
+
+    @property
     def runs_plugin(self) -> bool:
         """Whether the node gets a pinned device plugin: it exposes GPUs, and the plugin hands them out."""
         return bool(self.exposed_gpus) and self.allocator == Allocator.DEVICE_PLUGIN
@@ -625,6 +632,17 @@ class StackConfig(_Model):
         return self.dra
 
     @property
+    def dra_classes(self) -> dict[str, list[str]]:
+        """The stack's DeviceClasses and the exposed UUIDs each selects, in stack order: one per pool (or node outside
+        a pool) of the nodes DRA allocates that expose GPUs, named like the RuntimeClasses. No plugin node's GPU is in
+        one: each GPU has one allocator."""
+        classes: dict[str, list[str]] = {}
+        for node in self.nodes:
+            if node.exposed_gpus and node.allocator == Allocator.DRA:
+                classes.setdefault(node.class_name, []).extend(node.exposed_gpus)
+        return classes
+
+    @property
     def exempt_namespaces(self) -> list[str]:
         """The guard's exemptions (GuardConfig.exempt_with)."""
         return self.guard.exempt_with(self.device_plugin.namespace)
@@ -897,11 +915,7 @@ def quota_warnings(stack: StackConfig) -> list[str]:
     other GPU nodes), but often a forgotten time-slicing or a typo."""
     advertised = sum(node.advertised_gpus for node in stack.nodes)
     # A quota caps nvidia.com/gpu and each DRA class apart: the most any one of them hands out.
-    per_class: dict[tuple[bool, str], int] = {}
-    for node in stack.nodes:
-        if node.allocator == Allocator.DRA and node.exposed_gpus:
-            key = (node.pool is not None, node.pool or node.name)  # one class per pool, or per node outside one
-            per_class[key] = per_class.get(key, 0) + len(node.exposed_gpus)
+    per_class = {name: len(uuids) for name, uuids in stack.dra_classes.items()}
     most = max(advertised, *per_class.values()) if per_class else advertised
     what = (
         f"{advertised} nvidia.com/gpu this stack's nodes advertise"
