@@ -22,7 +22,7 @@ from typing import Any
 from cluster.dra import compiled
 from cluster.live import Check
 from common.names import DEVICE_ENV, NVIDIA_RESOURCE_PATTERN, Allocator
-from components.guard_rules import GuardSettings, PolicySpec, policy_specs
+from components.guard_rules import POSITIVE_QUANTITY, GuardSettings, PolicySpec, policy_specs
 from stack_config import StackConfig
 
 CLEAN = "none"
@@ -120,13 +120,11 @@ def _held_by_the_old_allocator(stack: StackConfig, pods: list[dict[str, Any]]) -
 
 
 def _requests_nvidia(pod: dict[str, Any]) -> bool:
+    """Some container asks for a positive amount of an NVIDIA resource, as the guard reads it (guard_rules: limits,
+    where the API server requires an extended resource to be, and POSITIVE_QUANTITY)."""
     spec = pod.get("spec") or {}
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        resources = container.get("resources") or {}
-        for amounts in (resources.get("limits") or {}, resources.get("requests") or {}):
-            if any(
-                re.match(NVIDIA_RESOURCE_PATTERN, name) and str(value) not in ("0", "")
-                for name, value in amounts.items()
-            ):
-                return True
-    return False
+    return any(
+        re.match(NVIDIA_RESOURCE_PATTERN, name) and re.match(POSITIVE_QUANTITY, str(amount))
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        for name, amount in ((container.get("resources") or {}).get("limits") or {}).items()
+    )
