@@ -10,20 +10,23 @@ renders passes the version's schema (a strict dry-run apply)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from common.names import OPERATOR_NAMESPACE, Token
 from e2e.controlplane import ApiError, ControlPlane
 from offline import render
-from tests.real.conftest import TENANT, TENANT_NAMESPACES, bind_tenants
+from tests.real.conftest import TENANT, TENANT_NAMESPACES, bind_tenants, eventually
 from tests.real.harness import CLASSES, apply_guard, denial, rule_in, with_namespace
 from tests.support.routes import BENIGN, CLAIM_BENIGN, CLAIM_ROUTES, CLAIMS_GUARD, ROUTES
 from tests.support.stacks import changed, dra_allocated
 
+KEYED_CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "g"}, "data": {"NVIDIA_GDS": "on"}}
 ADMIN_NS, ADMIN_LABEL = "ml-admin", {"resource.kubernetes.io/admin-access": "true"}
 # Routes whose field a minor does not serve: its API server drops the field before admission (a disabled feature
 # gate's fields are cleared on create), so the route is admitted without it. minor -> route -> the dropped field.
@@ -78,7 +81,17 @@ def minor(request: pytest.FixtureRequest, bin_dir: Path) -> Iterator[tuple[str, 
         for resource in run.kubernetes_objects:
             if resource.type == Token.DEVICE_CLASS:
                 plane.apply(resource.inputs)
+        # apply_guard waited for the pod policy alone; each policy's binding reaches the plugin on its own.
+        for probe, namespace in ((CLAIM_ROUTES["nvidia-gpu-class"][0], ADMIN_NS), (KEYED_CONFIGMAP, TENANT)):
+            eventually(
+                functools.partial(in_force, plane, probe, namespace),
+                what=f"the policy judging {probe['kind']} in force",
+            )
         yield request.param, plane
+
+
+def in_force(plane: ControlPlane, probe: dict[str, Any], namespace: str) -> bool:
+    return "hidden-gpu guard" in (denial(plane, probe, namespace=namespace) or "")
 
 
 def test_the_api_server_is_that_minor(minor: tuple[str, ControlPlane]) -> None:
@@ -129,8 +142,7 @@ def test_every_benign_object_is_admitted(minor: tuple[str, ControlPlane]) -> Non
 
 def test_a_configmap_with_a_device_key_is_denied(minor: tuple[str, ControlPlane]) -> None:
     _, plane = minor
-    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "g"}, "data": {"NVIDIA_GDS": "enabled"}}
-    assert rule_in(denial(plane, obj)) == "no-visible-devices-key"
+    assert rule_in(denial(plane, KEYED_CONFIGMAP)) == "no-visible-devices-key"
 
 
 def test_every_rendered_object_passes_the_schema(minor: tuple[str, ControlPlane]) -> None:
