@@ -69,7 +69,9 @@ pools = {
 guard = AccessGuard("access-guard", guard_args(stack), with_provider)
 guarded = pulumi.ResourceOptions(provider=provider, depends_on=[guard])
 nodes = [
-    HiddenGpuNode(node.name, node_args(node, plugin, namespace.name, pools.get(node.pool or "")), guarded)
+    HiddenGpuNode(
+        node.name, node_args(node, plugin, namespace.name, pools.get(node.pool or ""), stack.dra_settings), guarded
+    )
     for node in stack.nodes
 ]
 StackRecord(

@@ -7,7 +7,8 @@ ResourceSlices, each finding as (scope, check, expected, actual).
   with resource.k8s.io/v1: deployments/helm/dra-driver-nvidia-gpu/templates/deviceclass-gpu.yaml:7-14).
 - Where DRA allocates a node, the stack's classes exist with the declared selector (their quotas: cluster.verify's
   quota check, with nvidia.com/gpu's).
-- No ResourceSlice of a stack's node lists a hidden GPU that a class tenants may use would select, nor a GPU the
+- No ResourceSlice of a stack's node lists a hidden GPU at all (the pinned kubelet plugin sees only the exposed ones;
+  NVIDIA's stock one, privileged, publishes every GPU), and none a class tenants may use would select, nor a GPU the
   node's pinned plugin serves (the scheduler's resource fit and the DRA allocator never consult each other: a GPU
   with two allocators goes out twice). A class's CEL
   selectors are evaluated here as the allocator would, over the device's attributes; a selector this evaluator
@@ -109,11 +110,24 @@ def check_dra(
     }
     for node in stack.nodes:
         mine = [s for s in slices if (s.get("spec") or {}).get("nodeName") == node.name]
+        # Kubernetes must not know a hidden GPU exists: the pinned kubelet plugin publishes none (a stock one does).
+        yield node.name, "hidden GPUs in its ResourceSlices", "none", _listed(mine, set(node.hidden_gpus))
         reached = _selected(mine, set(node.hidden_gpus), tenant_classes)
         yield node.name, "hidden GPUs a tenant DeviceClass selects", "none", reached
         if node.runs_plugin:
             reached = _selected(mine, set(node.exposed_gpus), tenant_classes)
             yield node.name, "GPUs of its device plugin a tenant DeviceClass selects", "none", reached
+
+
+def _listed(slices: list[dict[str, Any]], uuids: set[str]) -> str:
+    """Which of these GPUs these slices list, by slice."""
+    listed = []
+    for found in slices:
+        driver = str((found.get("spec") or {}).get("driver", ""))
+        for device in (found.get("spec") or {}).get("devices") or []:
+            if (uuid := uuid_of(driver, device)) in uuids:
+                listed.append(f"{uuid} in ResourceSlice {found['metadata'].get('name')}")
+    return "; ".join(sorted(listed)) or "none"
 
 
 def _selected(slices: list[dict[str, Any]], uuids: set[str], tenant_classes: dict[str, dict[str, Any]]) -> str:

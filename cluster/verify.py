@@ -36,6 +36,8 @@ from cluster.live import Check, Live
 from cluster.metrics import usable, write_textfile
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
 from common.names import (
+    DRA_PLUGIN_IMAGE_NAMES,
+    DRA_PLUGIN_NAME,
     FIELD_MANAGER,
     GPU_RESOURCE,
     INSTANCE_LABEL,
@@ -43,6 +45,8 @@ from common.names import (
     OPERANDS_OFF_ANNOTATION,
     OPERATOR_OPERAND_APPS,
     OPERATOR_PLUGIN_APP,
+    PART_OF,
+    PART_OF_LABEL,
     PINNED_OPERANDS,
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
@@ -126,6 +130,11 @@ def _none_of_theirs(node: str, what: str, theirs: list[dict[str, Any]]) -> Check
     return Check(node, f"GPU Operator {what} pods", "0", f"{len(theirs)} ({', '.join(owners)})" if theirs else "0")
 
 
+def _stock_dra_plugin(pod: dict[str, Any]) -> bool:
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(sign in str(c.get("image", "")) for c in containers for sign in DRA_PLUGIN_IMAGE_NAMES)
+
+
 def _label(pod: dict[str, Any], key: str) -> str | None:
     return (pod["metadata"].get("labels") or {}).get(key)
 
@@ -168,6 +177,20 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     mine = [p for p in _on(live.pinned, node.name) if _label(p, INSTANCE_LABEL) == node.name]
     plugins = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == PLUGIN_NAME]
     yield from _pinned(node, "plugin", plugins, runs=node.runs_plugin)
+    dra = node.allocator == Allocator.DRA and bool(node.exposed_gpus)
+    kubelet_plugins = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == DRA_PLUGIN_NAME]
+    if dra or kubelet_plugins:
+        yield from _pinned(node, "DRA kubelet plugin", kubelet_plugins, runs=dra)
+    # NVIDIA's own DRA kubelet plugin (its chart's, privileged) publishes every GPU of the node, hidden ones included.
+    if (everyone := live.leftovers.get("pods")) is not None:
+        stock = [p for p in _on(everyone, node.name) if _label(p, PART_OF_LABEL) != PART_OF and _stock_dra_plugin(p)]
+        owners = sorted({f"{p['metadata'].get('namespace')}/{_owner(p)}" for p in stock})
+        yield Check(
+            node.name,
+            "NVIDIA's own DRA kubelet plugin pods",
+            "0",
+            f"{len(stock)} ({', '.join(owners)})" if stock else "0",
+        )
     planned = pinned_operands(node)
     for operand in PINNED_OPERANDS.values():
         pods = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == operand]

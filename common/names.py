@@ -329,6 +329,34 @@ def dra_quota_key(device_class: str) -> str:
     return f"{device_class}{DRA_QUOTA_SUFFIX}"
 
 
+# NVIDIA's DRA kubelet plugin as hidden-gpu pins it to a DRA node (components/dra_plugin.py; dra-driver-nvidia-gpu
+# v0.4.1: its chart's image, values.yaml:60, health port, :287; its command; the gates pinned off,
+# pkg/featuregates/featuregates.go:87-151, all alpha and off by default there).
+DEFAULT_DRA_PLUGIN_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+DRA_PLUGIN_COMMAND = "gpu-kubelet-plugin"
+DRA_PLUGIN_NAME = "nvidia-dra-kubelet-plugin"
+DRA_HEALTH_PORT = 51516
+DRA_OFF_FEATURE_GATES = ("MPSSupport", "TimeSlicingSettings", "PassthroughSupport", "DynamicMIG")
+# Its image's names, old and new, by which cluster.verify knows NVIDIA's own plugin (the chart's) on a stack node.
+DRA_PLUGIN_IMAGE_NAMES = ("dra-driver-nvidia-gpu", "k8s-dra-driver-gpu", "k8s-dra-driver")
+# What it reads and writes of the API: the chart's ClusterRole (templates/rbac-kubeletplugin.yaml:7-22) less compute
+# domains, which this plugin does not serve, and less `update` of nodes, which only they use. The policy pack allows
+# a stack no other ClusterRole.
+DRA_PLUGIN_RULES = (
+    ("resource.k8s.io", "resourceslices", ("get", "list", "watch", "create", "update", "delete")),
+    ("resource.k8s.io", "resourceclaims", ("get", "list", "watch")),
+    ("", "nodes", ("get", "list", "watch")),
+    ("", "pods", ("get", "list", "watch")),
+)
+KUBELET_PLUGINS_REGISTRY = "/var/lib/kubelet/plugins_registry"
+KUBELET_PLUGINS = "/var/lib/kubelet/plugins"
+
+
+def dra_plugin_name(node_name: str) -> str:
+    """The node's pinned DRA kubelet plugin: its DaemonSet, ServiceAccount, ClusterRole and binding."""
+    return f"hidden-gpu-{DRA_PLUGIN_NAME}-{node_name}"
+
+
 # --- Host paths ---
 
 KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
@@ -393,3 +421,6 @@ class Token:
     MUTATING_BINDING = "kubernetes:admissionregistration.k8s.io/v1:MutatingAdmissionPolicyBinding"
     CLUSTER_POLICY_PATCH = "kubernetes:nvidia.com/v1:ClusterPolicyPatch"
     DEVICE_CLASS = "kubernetes:resource.k8s.io/v1:DeviceClass"
+    SERVICE_ACCOUNT = "kubernetes:core/v1:ServiceAccount"
+    CLUSTER_ROLE = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+    CLUSTER_ROLE_BINDING = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"

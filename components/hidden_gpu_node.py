@@ -14,6 +14,7 @@ from common.names import (
     CDI_SPEC_DIR,
     CONFIG_CHECKSUM_ANNOTATION,
     CONTAINER_DRIVER_ROOT,
+    DEFAULT_DRA_PLUGIN_IMAGE,
     DEV_NULL,
     DEVICE_REQUEST_DIR,
     FIELD_MANAGER,
@@ -38,13 +39,22 @@ from common.names import (
     plugin_labels,
     runtime_class_name,
 )
+from components.dra_plugin import DraPluginObjects
 from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
 from components.node_pods import node_pod_spec, plugin_config_volume, runtime_scheduling, scan_exceptions, unprivileged
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
-from stack_config.models import AdoptedPluginConfig, DevicePluginConfig, NodeConfig, NodeName, OperandsConfig
+from stack_config.models import (
+    AdoptedPluginConfig,
+    DevicePluginConfig,
+    DraConfig,
+    ImageRef,
+    NodeConfig,
+    NodeName,
+    OperandsConfig,
+)
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
 SCAN_EXCEPTIONS = {
@@ -82,6 +92,9 @@ class HiddenGpuNodeArgs(TypedDict):
     """The namespace the plugin runs in: an Output of the PluginNamespace, so the plugin waits for it."""
     pool_class: NotRequired[pulumi.Input[str]]
     """The RuntimeClass of the node's pool (GpuPool), which then replaces the node's own."""
+    dra_plugin_image: NotRequired[str]
+    """The image of NVIDIA's DRA kubelet plugin (the stack's `dra.kubeletPluginImage`), run pinned to the exposed
+    GPUs where the node's `allocator` is `dra`; its default where not given."""
 
 
 Node = NodeConfig | pulumi.Output[NodeConfig]
@@ -165,6 +178,7 @@ def node_args(
     plugin: DevicePluginConfig,
     plugin_namespace: pulumi.Input[str],
     pool_class: pulumi.Input[str] | None,
+    dra: DraConfig | None = None,
 ) -> HiddenGpuNodeArgs:
     """The args for a node of a validated stack: its models written back as the stack file's keys."""
     args = HiddenGpuNodeArgs(
@@ -174,6 +188,8 @@ def node_args(
     )
     if pool_class is not None:
         args["pool_class"] = pool_class
+    if dra is not None and node.allocator == Allocator.DRA:
+        args["dra_plugin_image"] = dra.kubelet_plugin_image
     return args
 
 
@@ -210,6 +226,8 @@ class HiddenGpuNode(pulumi.ComponentResource):
     """The plugin's config file, where the node time-slices."""
     device_plugin: k8s.apps.v1.DaemonSet | None
     """The pinned, unprivileged device plugin; None without exposed GPUs."""
+    dra_plugin: DraPluginObjects | None
+    """NVIDIA's DRA kubelet plugin pinned to the exposed GPUs, and its identity; where DRA hands them out."""
     operands: dict[str, k8s.apps.v1.DaemonSet]
     """The GPU-reading operands hidden-gpu runs here pinned to the exposed GPUs (`gpu-feature-discovery`,
     `dcgm-exporter`), by name: those the node's `operands` set `pinned`."""
@@ -260,6 +278,7 @@ class HiddenGpuNode(pulumi.ComponentResource):
         self.runtime_class = None
         self.plugin_config = None
         self.device_plugin = None
+        self.dra_plugin = None
         self.operands = {}
         if exposes:
             runtime_class: pulumi.Input[str]
@@ -289,6 +308,18 @@ class HiddenGpuNode(pulumi.ComponentResource):
                     # two plugins of one resource on a node leave the kubelet with no healthy GPU until one registers
                     # again (kubelet v1.36 devicemanager/plugin/v1beta1/handler.go runClient disconnects by name).
                     opts=pulumi.ResourceOptions(parent=self, depends_on=needs, delete_before_replace=True),
+                )
+            else:
+                # NVIDIA's DRA kubelet plugin, pinned as the device plugin is: no hidden GPU in its ResourceSlice.
+                self.dra_plugin = DraPluginObjects(
+                    name,
+                    identity.name,
+                    node,
+                    plugin,
+                    validated(ImageRef, args.get("dra_plugin_image", DEFAULT_DRA_PLUGIN_IMAGE), ("dra_plugin_image",)),
+                    namespace=args["plugin_namespace"],
+                    runtime_class=runtime_class,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=needs),
                 )
             # After the switch that takes the operator's own off the node: its GFD writes the same features file.
             self.operands = {

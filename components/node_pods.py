@@ -62,15 +62,19 @@ def node_pod_spec(
     runtime_class: pulumi.Input[str],
     containers: list[k8s.core.v1.ContainerArgs],
     volumes: list[k8s.core.v1.VolumeArgs],
+    *,
+    service_account: str | None = None,
 ) -> k8s.core.v1.PodSpecArgs:
     """A pod on this node alone, under its RuntimeClass (the toolkit's `nvidia` handler gives the containers the
-    GPUs their NVIDIA_VISIBLE_DEVICES names), with no API token: none of them talks to the API server."""
+    GPUs their NVIDIA_VISIBLE_DEVICES names), with an API token only where it has a `service_account` (the DRA
+    plugin publishes its ResourceSlice; the device plugin and the operands talk to the kubelet alone)."""
     return k8s.core.v1.PodSpecArgs(
         affinity=on_node(node_name),
         runtime_class_name=runtime_class,
         priority_class_name=plugin.priority_class_name,
         image_pull_secrets=[k8s.core.v1.LocalObjectReferenceArgs(name=s) for s in plugin.image_pull_secrets] or None,
-        automount_service_account_token=False,
+        service_account_name=service_account,
+        automount_service_account_token=service_account is not None,
         security_context=k8s.core.v1.PodSecurityContextArgs(
             seccomp_profile=k8s.core.v1.SeccompProfileArgs(type="RuntimeDefault")
         ),
@@ -83,6 +87,16 @@ def node_pod_spec(
         containers=containers,
         volumes=volumes,
     )
+
+
+def downward(name: str, field_path: str) -> k8s.core.v1.EnvVarArgs:
+    """A variable from the pod's own fields. apiVersion stated, not left to the API server's default: a fieldRef is
+    applied whole (an atomic struct), so an `up` that creates the object again under another field manager (after an
+    interrupted one) would conflict with the defaulted value (run: tests/real/test_interrupted_up.py)."""
+    source = k8s.core.v1.EnvVarSourceArgs(
+        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(api_version="v1", field_path=field_path)
+    )
+    return k8s.core.v1.EnvVarArgs(name=name, value_from=source)
 
 
 def plugin_config_volume(node_name: str) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:

@@ -24,7 +24,7 @@ from common.names import (
     plugin_labels,
 )
 from components.inputs import derive
-from components.node_pods import node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
+from components.node_pods import downward, node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
 from stack_config.models import DevicePluginConfig, NodeConfig
 
 GFD = PINNED_OPERANDS["gpu_feature_discovery"]
@@ -121,13 +121,7 @@ def _env(node: NodeConfig, more: dict[str, str]) -> list[k8s.core.v1.EnvVarArgs]
     # NVIDIA_VISIBLE_DEVICES also overrides the images' own `ENV NVIDIA_VISIBLE_DEVICES=all`.
     env = [k8s.core.v1.EnvVarArgs(name=VISIBLE_DEVICES_ENV, value=",".join(node.exposed_gpus))]
     env += [k8s.core.v1.EnvVarArgs(name=name, value=value) for name, value in more.items()]
-    # apiVersion stated, not left to the API server's default: a fieldRef is applied whole (an atomic struct), so an
-    # `up` that creates the object again under another field manager (after an interrupted one) would conflict with
-    # the defaulted value (run: tests/real/test_interrupted_up.py).
-    node_name = k8s.core.v1.EnvVarSourceArgs(
-        field_ref=k8s.core.v1.ObjectFieldSelectorArgs(api_version="v1", field_path="spec.nodeName")
-    )
-    return [*env, k8s.core.v1.EnvVarArgs(name="NODE_NAME", value_from=node_name)]
+    return [*env, downward("NODE_NAME", "spec.nodeName")]
 
 
 def _gfd(

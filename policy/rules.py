@@ -20,8 +20,12 @@ from pulumi_policy import (
 
 from common.names import (
     DEVICE_PLUGIN_LABEL,
+    DRA_PLUGIN_IMAGE_NAMES,
+    DRA_PLUGIN_NAME,
+    DRA_PLUGIN_RULES,
     ENV_KEYS_POLICY_NAME,
     KUBELET_DEVICE_PLUGINS,
+    KUBELET_PLUGINS_REGISTRY,
     OPERATOR_RUNTIME_CLASSES,
     PINNED_OPERANDS,
     PLUGIN_IMAGE_NAME,
@@ -33,6 +37,7 @@ from common.names import (
     VISIBLE_DEVICES_ENV,
     MigStrategy,
     Token,
+    dra_plugin_name,
 )
 from stack_config.models import GPU_UUID, MIG_UUID
 
@@ -43,7 +48,8 @@ def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _is_device_plugin(props: Mapping[str, Any]) -> bool:
     """A DaemonSet that is a device plugin by any sign: the label verify selects by, NVIDIA's image, or a
-    mount of the kubelet's device-plugin directory (how any plugin registers). One sign is enough: a
+    mount of the kubelet's device-plugin or plugin-registration directory (how any plugin registers; the second is a
+    DRA kubelet plugin's). One sign is enough: a
     renamed image or a missing label must not take the plugin out of the rules. hidden-gpu's pinned operands
     (GFD, dcgm-exporter) read GPUs as the plugin does and are held to the same rules."""
     template_labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
@@ -51,10 +57,18 @@ def _is_device_plugin(props: Mapping[str, Any]) -> bool:
     containers = [*pod.get("initContainers", []), *pod.get("containers", [])]
     mounts = {(v.get("hostPath") or {}).get("path", "").rstrip("/") for v in pod.get("volumes", []) or []}
     return (
-        template_labels.get(PLUGIN_NAME_LABEL) in (PLUGIN_NAME, *PINNED_OPERANDS.values())
-        or any(PLUGIN_IMAGE_NAME in str(c.get("image", "")) for c in containers)
-        or KUBELET_DEVICE_PLUGINS in mounts
+        template_labels.get(PLUGIN_NAME_LABEL) in (PLUGIN_NAME, DRA_PLUGIN_NAME, *PINNED_OPERANDS.values())
+        or any(
+            sign in str(c.get("image", "")) for c in containers for sign in (PLUGIN_IMAGE_NAME, *DRA_PLUGIN_IMAGE_NAMES)
+        )
+        or bool({KUBELET_DEVICE_PLUGINS, KUBELET_PLUGINS_REGISTRY} & mounts)
     )
+
+
+def _dra_plugin(props: Mapping[str, Any]) -> bool:
+    """hidden-gpu's pinned DRA kubelet plugin: its GPUs are the DRA allocator's, which the node's class selects."""
+    labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+    return labels.get(PLUGIN_NAME_LABEL) == DRA_PLUGIN_NAME
 
 
 def _operand(props: Mapping[str, Any]) -> bool:
@@ -196,7 +210,7 @@ def one_allocator_per_gpu(args: StackValidationArgs, report_violation: ReportVio
     allocator never consult each other, so such a GPU would go out twice, past every quota."""
     served: dict[str, str] = {}
     for resource in args.resources:
-        if _operand(resource.props):
+        if _operand(resource.props) or _dra_plugin(resource.props):
             continue
         for container in _plugin_containers(resource.resource_type, resource.props):
             for uuid in (_env(container).get(VISIBLE_DEVICES_ENV) or "").split(","):
@@ -217,7 +231,30 @@ def one_allocator_per_gpu(args: StackValidationArgs, report_violation: ReportVio
                 )
 
 
-# What this program may create. A type outside it (a ClusterRoleBinding, a Pod, a Secret) is a change no
+def rbac_only_for_the_dra_plugins(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """The one identity hidden-gpu makes: a DRA kubelet plugin's (publishing its node's slice). A ClusterRole with any
+    other rule, or a binding of anything but a plugin's ServiceAccount to its own role, is no component's."""
+    props, name = args.props, str((args.props.get("metadata") or {}).get("name", ""))
+    if args.resource_type == Token.CLUSTER_ROLE:
+        rules = sorted(
+            (g, r, tuple(rule.get("verbs") or ()))
+            for rule in props.get("rules") or []
+            for g in rule.get("apiGroups") or [""]
+            for r in rule.get("resources") or []
+        )
+        if rules != sorted(DRA_PLUGIN_RULES) or not name.startswith(dra_plugin_name("")):
+            report_violation(f"ClusterRole {name} is not a DRA kubelet plugin's: hidden-gpu makes no other", args.urn)
+    if args.resource_type == Token.CLUSTER_ROLE_BINDING:
+        subjects = [(s.get("kind"), s.get("name")) for s in props.get("subjects") or []]
+        role = (props.get("roleRef") or {}).get("name")
+        if not name.startswith(dra_plugin_name("")) or role != name or subjects != [("ServiceAccount", name)]:
+            report_violation(
+                f"ClusterRoleBinding {name} binds more than a DRA kubelet plugin's ServiceAccount to its own role",
+                args.urn,
+            )
+
+
+# What this program may create. A type outside it (a Pod, a Secret, a Role) is a change no
 # component makes: a broken or hostile program, refused before it reaches the cluster.
 ALLOWED_TYPES = frozenset(
     {
@@ -235,6 +272,9 @@ ALLOWED_TYPES = frozenset(
         Token.MUTATING_POLICY,
         Token.MUTATING_BINDING,
         Token.CLUSTER_POLICY_PATCH,
+        Token.SERVICE_ACCOUNT,
+        Token.CLUSTER_ROLE,
+        Token.CLUSTER_ROLE_BINDING,
         "pulumi:pulumi:Stack",
     }
 )
@@ -331,6 +371,10 @@ RESOURCE_VALIDATORS: dict[str, tuple[str, Validator]] = {
     "device-class-selects-uuids-only": (
         "A DeviceClass selects listed GPU UUIDs of one driver, with no extended resource name or config.",
         device_class_selects_uuids_only,
+    ),
+    "rbac-only-for-the-dra-plugins": (
+        "The only ClusterRoles and bindings are the pinned DRA kubelet plugins', with their rules alone.",
+        rbac_only_for_the_dra_plugins,
     ),
     "only-known-resource-types": (
         "Only the resource types hidden-gpu's components create.",

@@ -20,6 +20,7 @@ from common.names import (
     CLUSTER_NAMESPACES,
     DEFAULT_CLUSTER_POLICY,
     DEFAULT_DCGM_EXPORTER_IMAGE,
+    DEFAULT_DRA_PLUGIN_IMAGE,
     DEFAULT_EXEMPT_NAMESPACES,
     DEFAULT_PLUGIN_IMAGE,
     DEFAULT_PLUGIN_NAMESPACE,
@@ -590,12 +591,25 @@ class ClusterPolicyConfig(_Model):
     """The ClusterPolicy's name."""
 
 
+def _nvidia_driver(driver: str) -> str:
+    if driver != NVIDIA_DRA_DRIVER:
+        raise ValueError(
+            f"must be {NVIDIA_DRA_DRIVER}: hidden-gpu pins NVIDIA's kubelet plugin (kubeletPluginImage), which "
+            "publishes the GPUs under that name; delete this key"
+        )
+    return driver
+
+
 class DraConfig(_Model):
     """DeviceClasses of the exposed GPUs, for clusters that allocate GPUs through Dynamic Resource Allocation."""
 
-    driver: ObjectName = NVIDIA_DRA_DRIVER
-    """The DRA driver that publishes the GPUs; each class selects only this driver's devices whose `uuid` attribute
-    is one of the exposed UUIDs there (NVIDIA's driver publishes it so)."""
+    driver: Annotated[ObjectName, AfterValidator(_nvidia_driver)] = NVIDIA_DRA_DRIVER
+    """The DRA driver that publishes the GPUs: NVIDIA's, whose kubelet plugin hidden-gpu pins (`kubeletPluginImage`);
+    each class selects only its devices whose `uuid` attribute is one of the exposed UUIDs there."""
+    kubelet_plugin_image: ImageRef = DEFAULT_DRA_PLUGIN_IMAGE
+    """The image of NVIDIA's DRA kubelet plugin (`gpu-kubelet-plugin`), which hidden-gpu runs on each DRA node pinned
+    to its exposed GPUs, so that its ResourceSlice lists no hidden one; pinned by tag or digest, not `:latest`. It
+    runs in the device plugin's namespace with its tolerations, priority class and pull secrets."""
 
 
 class StackConfig(_Model):

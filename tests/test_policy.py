@@ -248,10 +248,49 @@ def test_a_plugin_is_judged_whatever_its_image_is_called(daemonset: Declared) ->
 def test_a_type_no_component_creates_is_refused() -> None:
     from policy.rules import only_known_types  # noqa: PLC0415
 
-    binding = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
-    assert violations(only_known_types, binding, {}) == [f"{binding} is not a type hidden-gpu creates"]
+    role = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+    assert violations(only_known_types, role, {}) == [f"{role} is not a type hidden-gpu creates"]
     assert violations(only_known_types, Token.NODE_PATCH, {}) == []
     assert violations(only_known_types, Token.HIDDEN_GPU_NODE, {}) == []
+
+
+@pytest.fixture(scope="module")
+def dra_plugin() -> dict[str, Declared]:
+    """A DRA node's pinned kubelet plugin as the program declares it: its DaemonSet, role and binding, by type."""
+    resources = run_program(dra_allocated(valid_config()), "test").resources
+    return {r.type: r for r in resources if "dra-kubelet-plugin" in str((r.inputs.get("metadata") or {}).get("name"))}
+
+
+def test_the_dra_plugin_is_held_to_the_plugin_rules(dra_plugin: dict[str, Declared]) -> None:
+    """Its DaemonSet passes every rule a device plugin does; privileged, or reading every GPU, it is refused."""
+    props = dra_plugin[Token.DAEMONSET].inputs
+    for name, (_, validator) in RESOURCE_VALIDATORS.items():
+        assert violations(validator, Token.DAEMONSET, props) == [], name
+    privileged = copy.deepcopy(props)
+    (container,) = privileged["spec"]["template"]["spec"]["containers"]
+    container["securityContext"]["privileged"] = True
+    container["env"][0]["value"] = "all"
+    del privileged["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]  # still: image and mounts
+    assert violations(plugin_unprivileged, Token.DAEMONSET, privileged) != []
+    assert violations(plugin_devices_are_uuids, Token.DAEMONSET, privileged) != []
+
+
+def test_no_identity_but_the_dra_plugins(dra_plugin: dict[str, Declared]) -> None:
+    """The plugin's own ClusterRole and binding pass; a wider role, another role or another subject is refused."""
+    from policy.rules import rbac_only_for_the_dra_plugins as rule  # noqa: PLC0415
+
+    role, binding = dra_plugin[Token.CLUSTER_ROLE].inputs, dra_plugin[Token.CLUSTER_ROLE_BINDING].inputs
+    assert violations(rule, Token.CLUSTER_ROLE, role) == []
+    assert violations(rule, Token.CLUSTER_ROLE_BINDING, binding) == []
+    wider = copy.deepcopy(role)
+    wider["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    admin = copy.deepcopy(binding)
+    admin["roleRef"]["name"] = "cluster-admin"
+    tenant = copy.deepcopy(binding)
+    tenant["subjects"].append({"kind": "Group", "name": "system:authenticated"})
+    assert len(violations(rule, Token.CLUSTER_ROLE, wider)) == 1
+    assert len(violations(rule, Token.CLUSTER_ROLE_BINDING, admin)) == 1
+    assert len(violations(rule, Token.CLUSTER_ROLE_BINDING, tenant)) == 1
 
 
 def _guard_violations(resources: list[PolicyResource]) -> list[str]:

@@ -342,7 +342,7 @@ def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
     assert not definitions["StackRecord"].inputs["exposed"].plain
     assert definitions["GpuPool"].outputs["runtimeClass"].ref is not None  # a kubernetes resource reference
     node = definitions["HiddenGpuNode"]
-    assert set(node.inputs) == {"node", "devicePlugin", "pluginNamespace", "poolClass"}
+    assert set(node.inputs) == {"node", "devicePlugin", "pluginNamespace", "poolClass", "draPluginImage"}
     # The node's entry is plain, its keys that decide which objects exist too (a preview must know them); its name
     # and UUIDs, which only fill objects' fields, may be Outputs (tests/test_composition.py).
     assert node.inputs["node"].plain and node.inputs["devicePlugin"].plain

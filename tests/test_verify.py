@@ -13,7 +13,16 @@ import pytest
 
 from cluster import verify
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
-from common.names import DEFAULT_PLUGIN_NAMESPACE, OPERANDS_OFF_ANNOTATION, PLUGIN_NAME, PROJECT, Token, plugin_labels
+from common.names import (
+    DEFAULT_PLUGIN_NAMESPACE,
+    DRA_PLUGIN_NAME,
+    OPERANDS_OFF_ANNOTATION,
+    PLUGIN_NAME,
+    PROJECT,
+    Allocator,
+    Token,
+    plugin_labels,
+)
 from components.node_labels import node_labels, operands_off, pinned_operands
 from offline.bench import synthetic_stack
 from offline.program import run_program
@@ -52,7 +61,8 @@ def healthy(config: dict[str, Any], stack: str = "prod") -> Cluster:
         cluster.nodes.append(node(entry["name"], parsed.advertised_gpus or None, node_labels(parsed)))
         cluster.nodes[-1]["metadata"]["annotations"] = {OPERANDS_OFF_ANNOTATION: operands_off(parsed)}
         # The pinned plugin (where it allocates) and operands: one Ready pod each, given exactly the exposed GPUs.
-        for name in [PLUGIN_NAME] * parsed.runs_plugin + pinned_operands(parsed):
+        dra_plugin = [DRA_PLUGIN_NAME] * (parsed.allocator == Allocator.DRA and bool(exposed))
+        for name in [PLUGIN_NAME] * parsed.runs_plugin + dra_plugin + pinned_operands(parsed):
             env = {"NVIDIA_VISIBLE_DEVICES": ",".join(exposed)}
             labels = plugin_labels(entry["name"], name)
             cluster.pods.append(
@@ -95,7 +105,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 70 checks, 16 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 74 checks, 16 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,7 +205,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 72 checks, 18 API requests")
+    assert out.strip().endswith("in 76 checks, 18 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -401,19 +411,27 @@ DRA_CONFIG = {
 }
 
 
-def dra_cluster() -> Cluster:
-    """prod with DRA allocating its GPUs, as `up` leaves it, and NVIDIA's kubelet plugin's slice for gpu-node-01: every GPU."""
+def dra_cluster(*, stock: bool = False) -> Cluster:
+    """prod with DRA allocating its GPUs, as `up` leaves it: gpu-node-01's slice as the pinned kubelet plugin publishes
+    it (the exposed GPUs), or, `stock`, as NVIDIA's own (its chart's DaemonSet, privileged) does: every GPU."""
     cluster = healthy(DRA_CONFIG, stack="prod")
     for resource in run_program(DRA_CONFIG, "prod").of_type(Token.DEVICE_CLASS):
         cluster.device_classes.append(copy.deepcopy(resource.inputs))
     first = parse_project_config(DRA_CONFIG).nodes[0]
     devices = [
         {"name": f"gpu-{minor}", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": uuid}}}
-        for minor, uuid in enumerate([*first.exposed_gpus, *first.hidden_gpus])
+        for minor, uuid in enumerate([*first.exposed_gpus, *(first.hidden_gpus if stock else [])])
     ]
     cluster.resource_slices.append(
         {"metadata": {"name": "s"}, "spec": {"driver": "gpu.nvidia.com", "nodeName": first.name, "devices": devices}}
     )
+    if stock:
+        theirs = pod("nvidia-dra-driver-gpu-kubelet-plugin-x1", "nvidia-dra-driver-gpu", first.name, {})
+        theirs["spec"]["containers"][0]["image"] = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"
+        theirs["metadata"]["ownerReferences"] = [
+            {"kind": "DaemonSet", "name": "nvidia-dra-driver-gpu-kubelet-plugin", "controller": True}
+        ]
+        cluster.pods.append(theirs)
     return cluster
 
 
@@ -423,19 +441,21 @@ def device_class(name: str, expression: str | None = None, extended: str | None 
 
 
 def test_dra_stack_healthy_with_the_drivers_slice(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The slice lists gpu-node-01's hidden GPUs, but no class tenants may use selects them: the stack's own
-    select exposed UUIDs only, and the allowed NIC class another driver's devices."""
+    """The pinned kubelet plugin Ready on each DRA node, its slice listing the exposed GPUs alone; no class tenants may
+    use selects a hidden GPU: the stack's own select exposed UUIDs only, the allowed NIC class another driver's."""
     cluster = dra_cluster()
     cluster.device_classes.append(device_class("nic.example.com", "device.driver == 'nic.example.com'"))
     status, out, _ = run(tmp_path, cluster, capsys, stack=str(write_stack(tmp_path, DRA_CONFIG, "prod")))
     assert status == EXIT_OK, out
     assert "DeviceClass hidden-gpu-pool-shared" in out and "ResourceQuota hidden-gpu-pool-shared." in out
+    assert "pinned DRA kubelet plugin pods Ready" in out and "hidden GPUs in its ResourceSlices" in out
 
 
 def test_dra_findings_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """NVIDIA's class mapping nvidia.com/gpu; an allowed class that selects every device (a hidden GPU among
-    them); one whose selector cannot be evaluated here (fail closed); the stack's own class gone."""
-    cluster = dra_cluster()
+    """NVIDIA's own kubelet plugin on the node, and the hidden GPU its slice lists (issue 41); NVIDIA's class mapping
+    nvidia.com/gpu; an allowed class that selects every device (the hidden GPU among them); one whose selector cannot
+    be evaluated here (fail closed); the stack's own class gone."""
+    cluster = dra_cluster(stock=True)
     cluster.device_classes.append(device_class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com'", "nvidia.com/gpu"))
     cluster.device_classes.append(device_class("nic.example.com", "quantity('1') == quantity('1')"))
     cluster.device_classes = [c for c in cluster.device_classes if c["metadata"]["name"] != "hidden-gpu-pool-shared"]
@@ -447,6 +467,13 @@ def test_dra_findings_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "DeviceClass hidden-gpu-pool-shared" in text and "<missing>" in text
     hidden = parse_project_config(config).nodes[0].hidden_gpus
     assert f"{hidden[0]} by nic.example.com (selector not evaluable here)" in text
+    rows = [" ".join(row) for row in mismatches(out)]
+    (listed,) = [row for row in rows if row.startswith("gpu-node-01 hidden GPUs in its ResourceSlices none ")]
+    assert all(f"{uuid} in ResourceSlice s" in listed for uuid in hidden), listed
+    assert (
+        "gpu-node-01 NVIDIA's own DRA kubelet plugin pods 0 1 "
+        "(nvidia-dra-driver-gpu/DaemonSet nvidia-dra-driver-gpu-kubelet-plugin) MISMATCH"
+    ) in rows
 
 
 def test_a_plugin_gpu_a_tenant_class_selects_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,14 +12,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cluster import verify
-from common.names import CLAIMS_POLICY_NAME, DRA_API_PATH, NVIDIA_DRA_DRIVER, Token, dra_quota_key, pool_class_name
+from common.names import (
+    CLAIMS_POLICY_NAME,
+    DRA_API_PATH,
+    NODE_LABEL,
+    NVIDIA_DRA_DRIVER,
+    Token,
+    dra_quota_key,
+    pool_class_name,
+)
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
 from tests.real.conftest import TENANT, bind_tenants, eventually, kwok_plane, seed
@@ -312,10 +323,15 @@ def test_verify_reads_the_drivers_slices_and_classes(
         verify.main(["--stack-file", str(write_stack(tmp_path, config, "dra")), "--json", "--deadline", "30"])
         checks = json.loads(capsys.readouterr().out)["checks"]
         return {
-            f"{c['scope']} {c['what']}": c for c in checks if "DeviceClass" in c["what"] or "deviceclass" in c["what"]
+            f"{c['scope']} {c['what']}": c
+            for c in checks
+            if "DeviceClass" in c["what"] or "deviceclass" in c["what"] or "ResourceSlices" in c["what"]
         }
 
     rows = dra_rows()
+    # These slices are a stock kubelet plugin's (every GPU): each hidden one is named with its slice (issue 41).
+    listed = rows["gpu-node-01 hidden GPUs in its ResourceSlices"]["actual"]
+    assert all(f"{uuid} in ResourceSlice " in listed for uuid in NODES["gpu-node-01"][1]), listed
     assert rows[f"cluster DeviceClass {GPU_CLASS}"]["ok"]
     assert all(rows[f"{node} hidden GPUs a tenant DeviceClass selects"]["ok"] for node in NODES)
     assert rows[f"{TENANT} ResourceQuota {dra_quota_key(GPU_CLASS)}"]["ok"]
@@ -333,6 +349,53 @@ def test_verify_reads_the_drivers_slices_and_classes(
         assert all(f"{uuid} by {NIC_CLASS}" in reached for uuid in NODES["gpu-node-01"][1]), reached
     finally:
         plane.request("DELETE", f"{DRA_API_PATH}/deviceclasses/{NIC_CLASS}")
+
+
+def test_the_documented_affinity_keeps_nvidias_kubelet_plugin_off_stack_nodes(plane: ControlPlane) -> None:
+    """docs/compatibility.md's values for NVIDIA's chart (issue 41): a DaemonSet with that affinity gets a pod on
+    every GPU node but the one hidden-gpu labels, by the real DaemonSet controller."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "compatibility.md").read_text()
+    (snippet,) = re.findall(r"```yaml\n(\s*kubeletPlugin:.*?)```", text, re.S)
+    affinity = yaml.safe_load(textwrap.dedent(snippet))["kubeletPlugin"]["affinity"]
+    plane.request(
+        "PATCH", "/api/v1/nodes/gpu-node-01", {"metadata": {"labels": {NODE_LABEL: "gpu-node-01"}}},
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
+    labels = {"app": "stock-dra-kubelet-plugin"}
+    plane.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "stock-dra-kubelet-plugin", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"affinity": affinity, "containers": [{"name": "c", "image": "registry.example/c:1"}]},
+                },
+            },
+        }
+    )
+    gpu_nodes = {
+        n["metadata"]["name"]
+        for n in plane.request("GET", "/api/v1/nodes?labelSelector=nvidia.com/gpu.present")["items"]
+    }
+
+    def targeted() -> set[str] | None:
+        pods = plane.request("GET", "/api/v1/namespaces/kube-system/pods?labelSelector=app=stock-dra-kubelet-plugin")
+        names = {
+            term["matchFields"][0]["values"][0]
+            for pod in pods["items"]
+            for term in pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ]
+        }
+        return names if names == gpu_nodes - {"gpu-node-01"} else None
+
+    try:
+        eventually(targeted, what="a stock plugin pod on every GPU node but gpu-node-01")
+    finally:
+        plane.request("DELETE", "/apis/apps/v1/namespaces/kube-system/daemonsets/stock-dra-kubelet-plugin")
 
 
 def test_a_claim_left_from_warn_is_never_allocated(plane: ControlPlane, stack: ProgramRun) -> None:
