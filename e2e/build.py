@@ -19,6 +19,7 @@ import hashlib
 import json
 import lzma
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -153,7 +154,9 @@ GROUPS = (
           "github.com/NVIDIA/gpu-operator", ("github.com/NVIDIA/gpu-operator/internal/info.version={v}",)),
     # The API server of every other minor a platform may run, for the guard's admission tests
     # (tests/real/test_admission_minors.py): the newest patch of each the module proxy serves; 1.38's needs Go 1.27.
-    *(Group(f"k8s{minor}", {f"kube-apiserver-1.{minor[1:]}": "k8s.io/kubernetes/cmd/kube-apiserver"},
+    # Beside it that minor's policy type checker (e2e/go/typecheck, ours): those tests run no controller manager.
+    *(Group(f"k8s{minor}", {f"kube-apiserver-1.{minor[1:]}": "k8s.io/kubernetes/cmd/kube-apiserver",
+                            f"hidden-gpu-typecheck-1.{minor[1:]}": "hidden-gpu.test/e2e/typecheck"},
             "k8s.io/kubernetes", K8S_VERSION_FLAGS, toolchain=toolchain)
       for minor, toolchain in (("135", ""), ("136", ""), ("138", "go1.27.3"))),
 )  # fmt: skip
@@ -186,7 +189,16 @@ def key(group: Group, go_version: str) -> str:
     if group.own_source:
         for path in sorted((MODULES / group.name).rglob("*.go")):
             digest.update(str(path.relative_to(MODULES / group.name)).encode() + b"\0" + path.read_bytes())
+    for directory in local_replacements(group):
+        for path in sorted([*directory.rglob("*.go"), directory / "go.mod"]):
+            digest.update(str(path.relative_to(MODULES)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def local_replacements(group: Group) -> list[Path]:
+    """Our own modules the wrapper builds from a directory (`replace X => ../dir`): their source is part of the key."""
+    text = (MODULES / group.name / "go.mod").read_text()
+    return [(MODULES / group.name / target).resolve() for target in re.findall(r"=>\s*(\.\./[\w./-]+)", text)]
 
 
 def ldflags(group: Group, version: str) -> str:

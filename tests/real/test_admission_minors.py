@@ -1,8 +1,9 @@
 """The guard on every other minor a platform may run (issue 40): kube-apiserver 1.35, 1.36 and 1.38 (e2e.build's
 `k8s1xx` groups: the newest patch of each the module proxy serves), beside the tier's etcd and nothing else;
 1.37, the tier's own, is tests/real/test_admission.py's. Admission is the subject: no scheduler, no kubelet, and
-no controller manager, so the policies' type check (its validatingadmissionpolicy-status controller) runs on 1.37
-alone; here each API server compiles every expression when the policy is created, and refuses one it cannot.
+no controller manager: each API server compiles every expression when the policy is created (and refuses one it
+cannot), and that minor's own type checker (the controller manager's, built alone: e2e/go/typecheck) reads each
+policy's expressions against the schemas the server serves.
 
 On each: every policy is accepted; every pod, ConfigMap/Secret and claim route of tests/support/routes.py is denied
 by its rule and every benign object admitted (the tenant's dry-run creates); every object the every-component stack
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,20 @@ GUARD = dra_allocated(
 EVERY = Path(__file__).resolve().parents[1] / "golden" / "Pulumi.every.yaml"
 # What the schema check leaves out: the ClusterPolicy patch, whose schema is the GPU Operator's CRD, not Kubernetes'.
 OPERATOR_GROUP = "nvidia.com/"
+# A policy the type checker must warn of (a field no container has), so that its silence on the guard means something.
+CANARY: dict[str, Any] = {
+    "apiVersion": "admissionregistration.k8s.io/v1",
+    "kind": "ValidatingAdmissionPolicy",
+    "metadata": {"name": "typecheck-canary"},
+    "spec": {
+        "matchConstraints": {
+            "resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+            ]
+        },
+        "validations": [{"expression": "object.spec.containers.all(c, c.notAField == 1)"}],
+    },
+}
 
 
 @pytest.fixture(scope="module", params=list(MINORS))
@@ -108,6 +124,23 @@ def test_every_policy_is_accepted(minor: tuple[str, ControlPlane]) -> None:
         b["spec"]["policyName"] for b in plane.request("GET", f"{base}/validatingadmissionpolicybindings")["items"]
     ]
     assert sorted(policies) == sorted(bindings) and len(policies) == 4, (policies, bindings)
+
+
+def test_every_policy_type_checks(minor: tuple[str, ControlPlane], bin_dir: Path) -> None:
+    """No expressionWarnings for any guard policy from that minor's type checker; the canary's unknown field is warned
+    of."""
+    name, plane = minor
+    plane.apply(CANARY)
+    try:
+        checked = subprocess.run(
+            [bin_dir / f"hidden-gpu-typecheck-{name}", plane.kubeconfig("admin")],
+            check=True, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        plane.request("DELETE", plane.path(CANARY))
+    warnings = json.loads(checked.stdout)
+    assert "notAField" in json.dumps(warnings.pop(CANARY["metadata"]["name"])), checked.stdout
+    assert len(warnings) == 4 and all(found is None for found in warnings.values()), warnings
 
 
 def test_every_route_is_denied_by_its_rule(minor: tuple[str, ControlPlane]) -> None:

@@ -114,6 +114,7 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
+	hidden-gpu.test/e2e/typecheck v0.0.0
 	k8s.io/api v0.38.0-beta.0 // indirect
 	k8s.io/apiextensions-api v0.38.0-beta.0 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
@@ -189,3 +190,5 @@ replace (
 	k8s.io/sample-controller => k8s.io/sample-controller v0.38.0-beta.0
 	k8s.io/streaming => k8s.io/streaming v0.38.0-beta.0
 )
+
+replace hidden-gpu.test/e2e/typecheck => ../typecheck
