@@ -32,7 +32,7 @@ from common.names import (
     plugin_labels,
 )
 from components.inputs import derive
-from components.node_pods import downward, node_pod_spec, scan_exceptions, unprivileged
+from components.node_pods import device_requests, downward, node_pod_spec, scan_exceptions, unprivileged
 from stack_config.models import DevicePluginConfig, NodeConfig
 
 # The plugin's data directory: its socket, checkpoint and the copy of nvidia-cdi-hook its CDI specs name.
@@ -133,6 +133,8 @@ def _spec(
         "cdi-root": (CDI_SPEC_DIR, CDI_SPEC_DIR, "DirectoryOrCreate"),
         "driver-root": (plugin.nvidia_driver_root, CONTAINER_DRIVER_ROOT, "Directory"),
     }
+    # Under a toolkit that ignores the variable for unprivileged pods (`volume-mounts`), asked for as mounts too.
+    requests, request_mounts = device_requests(node, plugin)
     container = k8s.core.v1.ContainerArgs(
         name=DRA_PLUGIN_NAME,
         image=image,
@@ -147,12 +149,13 @@ def _spec(
         volume_mounts=[
             k8s.core.v1.VolumeMountArgs(name=n, mount_path=inside, read_only=True if n == "driver-root" else None)
             for n, (_, inside, _) in host_dirs.items()
-        ],
+        ]
+        + request_mounts,
     )
     volumes = [
         k8s.core.v1.VolumeArgs(name=n, host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=host, type=kind))
         for n, (host, _, kind) in host_dirs.items()
-    ]
+    ] + requests
     pod_spec = node_pod_spec(
         node.name, plugin, runtime_class, [container], volumes, service_account=dra_plugin_name(node.name)
     )

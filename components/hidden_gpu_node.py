@@ -15,8 +15,6 @@ from common.names import (
     CONFIG_CHECKSUM_ANNOTATION,
     CONTAINER_DRIVER_ROOT,
     DEFAULT_DRA_PLUGIN_IMAGE,
-    DEV_NULL,
-    DEVICE_REQUEST_DIR,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
     GPU_RESOURCE,
@@ -42,7 +40,14 @@ from common.names import (
 from components.dra_plugin import DraPluginObjects
 from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
-from components.node_pods import node_pod_spec, plugin_config_volume, runtime_scheduling, scan_exceptions, unprivileged
+from components.node_pods import (
+    device_requests,
+    node_pod_spec,
+    plugin_config_volume,
+    runtime_scheduling,
+    scan_exceptions,
+    unprivileged,
+)
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
@@ -461,21 +466,9 @@ def _volumes(
         volume, mount = plugin_config_volume(node.name)
         volumes.append(volume)
         mounts.append(mount)
-    if plugin.device_list_strategy == DeviceListStrategy.VOLUME_MOUNTS:
-        # The toolkit may ignore the env var for this unprivileged pod, so the pod asks for its
-        # own GPUs the way the plugin answers allocations: /dev/null mounted per device.
-        for uuid in node.exposed_gpus:
-            volumes.append(
-                k8s.core.v1.VolumeArgs(
-                    name=uuid.lower(),
-                    host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=DEV_NULL, type="CharDevice"),
-                )
-            )
-            mounts.append(
-                k8s.core.v1.VolumeMountArgs(
-                    name=uuid.lower(), mount_path=f"{DEVICE_REQUEST_DIR}/{uuid}", read_only=True
-                )
-            )
+    requests, request_mounts = device_requests(node, plugin)
+    volumes += requests
+    mounts += request_mounts
     if plugin.device_list_strategy == DeviceListStrategy.CDI_CRI:
         volumes += [
             k8s.core.v1.VolumeArgs(

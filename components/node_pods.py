@@ -7,13 +7,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import (
+    DEV_NULL,
+    DEVICE_REQUEST_DIR,
     PLUGIN_CONFIG_DIR,
     SCAN_SKIP_ANNOTATION_PREFIX,
     SHARED_NODE_TAINT,
     SHARED_NODE_TAINT_EFFECT,
+    DeviceListStrategy,
     plugin_config_name,
 )
-from stack_config.models import DevicePluginConfig
+from stack_config.models import DevicePluginConfig, NodeConfig
 
 
 def on_node(node_name: str) -> k8s.core.v1.AffinityArgs:
@@ -97,6 +100,22 @@ def downward(name: str, field_path: str) -> k8s.core.v1.EnvVarArgs:
         field_ref=k8s.core.v1.ObjectFieldSelectorArgs(api_version="v1", field_path=field_path)
     )
     return k8s.core.v1.EnvVarArgs(name=name, value_from=source)
+
+
+def device_requests(
+    node: NodeConfig, plugin: DevicePluginConfig
+) -> tuple[list[k8s.core.v1.VolumeArgs], list[k8s.core.v1.VolumeMountArgs]]:
+    """With `volume-mounts` the toolkit may ignore NVIDIA_VISIBLE_DEVICES for an unprivileged pod, so a pod of ours
+    asks for its own GPUs the way the plugin answers allocations: /dev/null mounted per exposed UUID."""
+    if plugin.device_list_strategy != DeviceListStrategy.VOLUME_MOUNTS:
+        return [], []
+    source = k8s.core.v1.HostPathVolumeSourceArgs(path=DEV_NULL, type="CharDevice")
+    volumes = [k8s.core.v1.VolumeArgs(name=uuid.lower(), host_path=source) for uuid in node.exposed_gpus]
+    mounts = [
+        k8s.core.v1.VolumeMountArgs(name=uuid.lower(), mount_path=f"{DEVICE_REQUEST_DIR}/{uuid}", read_only=True)
+        for uuid in node.exposed_gpus
+    ]
+    return volumes, mounts
 
 
 def plugin_config_volume(node_name: str) -> tuple[k8s.core.v1.VolumeArgs, k8s.core.v1.VolumeMountArgs]:

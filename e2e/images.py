@@ -66,6 +66,13 @@ DCGM_EXPORTER = Image(
     ("/hidden-gpu-test-dcgm-exporter",),
     {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
 )
+# NVIDIA's DRA driver image runs gpu-kubelet-plugin from PATH and sets NVIDIA_VISIBLE_DEVICES=all (dra-driver-nvidia-gpu
+# v0.4.1 deployments/container/Dockerfile:113); the rendered DaemonSet runs it by name, its env overriding the variable.
+DRA_PLUGIN = Image(
+    "hidden-gpu.test/dra-kubelet-plugin-stand-in:1",
+    ("/usr/bin/gpu-kubelet-plugin",),
+    {"PATH": "/usr/bin", "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+)
 PATH_ENV = "/"
 # The GPU Operator's own device-plugin DaemonSet (tests/node/test_operator_takeover.py) runs `/bin/bash -c
 # /bin/entrypoint.sh`, the operator's script that waits for the validator's files, `cat`s and sources one, then execs

@@ -15,9 +15,9 @@ and `own_images` replaces the images imported (NVIDIA's plugin, a pod image that
 
 Everything lives under one temporary directory, except what the kubelet keeps at fixed paths:
 /var/lib/kubelet/device-plugins (the kubelet's registration socket and its checkpoint, where device plugins
-look whatever --root-dir says), emptied at start and stop; and /var/lib/kubelet/pod-resources, a link to the
-kubelet's own while it runs, where the rendered dcgm-exporter mounts it from. Needs root, Linux, and e2e.build's
-binaries.
+look whatever --root-dir says), emptied at start and stop; and /var/lib/kubelet/pod-resources, plugins_registry and
+plugins, links to the kubelet's own while it runs, where the rendered dcgm-exporter and DRA kubelet plugin mount them
+from. Needs root, Linux, and e2e.build's binaries.
 """
 
 from __future__ import annotations
@@ -46,8 +46,14 @@ DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 CHECKPOINT = DEVICE_PLUGINS / "kubelet_internal_checkpoint"
 # Where a cluster's kubelet serves PodResources (its --root-dir is /var/lib/kubelet) and the render mounts it from.
 POD_RESOURCES = Path("/var/lib/kubelet/pod-resources")
+# Where a cluster's kubelet takes DRA plugins' registrations and keeps their sockets, and the rendered DRA kubelet
+# plugin mounts them from (its sockets' paths must be the same on the host): links to the kubelet's own while it runs.
+KUBELET_LINKS = (POD_RESOURCES, Path("/var/lib/kubelet/plugins_registry"), Path("/var/lib/kubelet/plugins"))
 MARKER_DIR = "/run/hidden-gpu-test/gpus"  # e2e/go/node/internal/marker
 MARKER_ENV = "HIDDEN_GPU_TEST_GPU_"
+# Per injected GPU, its minor number (its place in the node's list), as NVML would tell it: the stand-in DRA plugin
+# names its devices gpu-<minor> by it, as NVIDIA's does.
+MINOR_ENV = "HIDDEN_GPU_TEST_MINOR_"
 CDI_KIND = "nvidia.com/gpu"
 # The identity and group the stand-in DRA kubelet plugin publishes as (ControlPlane.start(identities=...)).
 DRA_DRIVER, DRA_DRIVER_GROUP = "dra-driver", "hidden-gpu:dra-drivers"
@@ -83,8 +89,8 @@ class Toolkit:
 HARDENED = Toolkit(envvar_when_unprivileged=False, volume_mounts=True)
 
 
-def marker_env(uuid: str) -> str:
-    return MARKER_ENV + re.sub(r"[^A-Za-z0-9]", "_", uuid).upper()
+def marker_env(uuid: str, prefix: str = MARKER_ENV) -> str:
+    return prefix + re.sub(r"[^A-Za-z0-9]", "_", uuid).upper()
 
 
 def cdi_spec(uuids: list[str], marker_files: Path) -> dict[str, Any]:
@@ -92,7 +98,7 @@ def cdi_spec(uuids: list[str], marker_files: Path) -> dict[str, Any]:
 
     def edits(of: list[str]) -> dict[str, Any]:
         return {
-            "env": [f"{marker_env(u)}={u}" for u in of],
+            "env": [f"{marker_env(u)}={u}" for u in of] + [f"{marker_env(u, MINOR_ENV)}={uuids.index(u)}" for u in of],
             "mounts": [
                 {"hostPath": str(marker_files / u), "containerPath": f"{MARKER_DIR}/{u}",
                  "options": ["ro", "nosuid", "nodev", "bind"]}
@@ -176,8 +182,9 @@ class Node:
         self.timings["containerd"] = time.monotonic() - started
         self._start_kubelet()
         self.wait_ready()
-        _unlink(POD_RESOURCES)
-        POD_RESOURCES.symlink_to(self.kubelet_root / "pod-resources")
+        for link in KUBELET_LINKS:
+            _unlink(link)
+            link.symlink_to(self.kubelet_root / link.name)
         self.timings["ready"] = time.monotonic() - started
 
     def _write_gpus(self) -> None:
@@ -287,6 +294,7 @@ class Node:
             (images.PLUGIN, {"hidden-gpu-test-plugin": self.bin_dir / "hidden-gpu-test-plugin"}),
             (images.GFD, {"usr/bin/gpu-feature-discovery": self.bin_dir / "hidden-gpu-test-gfd"}),
             (images.DCGM_EXPORTER, {"hidden-gpu-test-dcgm-exporter": self.bin_dir / "hidden-gpu-test-dcgm-exporter"}),
+            (images.DRA_PLUGIN, {"usr/bin/gpu-kubelet-plugin": self.bin_dir / "hidden-gpu-test-dra-plugin"}),
             (
                 images.OPERATOR_PLUGIN,
                 {
@@ -478,7 +486,8 @@ class Node:
         _unmount_under(self.root)
         _remove_pod_cgroups()
         _empty(DEVICE_PLUGINS)
-        _unlink(POD_RESOURCES)
+        for link in KUBELET_LINKS:
+            _unlink(link)
         for sysctl, value in self.sysctls.items():
             with suppress(OSError):
                 (Path("/proc/sys") / sysctl).write_text(value)

@@ -27,10 +27,11 @@ from common.names import (
     NODE_SWITCHES_POLICY_NAME,
     POLICY_NAME,
     device_plugin_name,
+    dra_plugin_name,
     pinned_operand_name,
 )
 from e2e.controlplane import ApiError, ControlPlane
-from e2e.images import DCGM_EXPORTER, GFD, PLUGIN, PROBE
+from e2e.images import DCGM_EXPORTER, DRA_PLUGIN, GFD, PLUGIN, PROBE
 from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node, pod_pid
 from host import audit
 from offline.render import render
@@ -66,10 +67,15 @@ def node_bin_dir() -> Path:
 def node_plane(node_bin_dir: Path) -> Iterator[ControlPlane]:
     # The node lifecycle controller lifts the API server's not-ready taint once the kubelet reports Ready, as in
     # a cluster (tests/real has no kubelet and lifts it by hand); the resource claim controller releases a deleted
-    # pod's claims and lets deleted claims go.
+    # pod's claims and lets deleted claims go; the root CA publisher gives a pod with an API token (the pinned DRA
+    # kubelet plugin's) the CA to trust the API server by.
     with ControlPlane.start(
         node_bin_dir,
-        controllers=("node-lifecycle-controller", "resourceclaim-controller"),
+        controllers=(
+            "node-lifecycle-controller",
+            "resourceclaim-controller",
+            "root-ca-certificate-publisher-controller",
+        ),
         identities={f"system:node:{NODE}": ["system:nodes"], DRA_DRIVER: [DRA_DRIVER_GROUP]},
     ) as plane:
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
@@ -104,7 +110,7 @@ def rendered_objects(
     """The render of stack(strategy) (or of `config`), as `make render` writes it; without the guard's policies
     unless asked.
     The one change: each DaemonSet's image is its stand-in's (e2e/go/node/cmd: the plugin's, GFD's and
-    dcgm-exporter's), imported locally (pull policy Never), since NVIDIA's images cannot be had here. Every other
+    dcgm-exporter's; e2e/go/dra: the DRA kubelet plugin's), imported locally (pull policy Never), since NVIDIA's images cannot be had here. Every other
     field, security context, seccomp profile, mounts, env and runtime class included, is the render's."""
     rendered = render(write_stack(tmp, config or stack(strategy), name="node"))
     objects = []
@@ -122,8 +128,9 @@ def rendered_objects(
     return sorted(objects, key=lambda o: o["kind"] != "Namespace")
 
 
-# THE image substitution, by DaemonSet.
+# THE image substitution, by DaemonSet (the pinned DRA plugin's network: tests/node/test_dra_claim.py).
 STAND_INS = {
+    dra_plugin_name(NODE): DRA_PLUGIN.name,
     device_plugin_name(NODE): PLUGIN.name,
     pinned_operand_name("gpu-feature-discovery", NODE): GFD.name,
     pinned_operand_name("dcgm-exporter", NODE): DCGM_EXPORTER.name,

@@ -1,24 +1,27 @@
-"""Allocated DRA claims through the real kubelet and runtime (issue 31): a DRA driver's kubelet plugin registers with
-this node's kubelet and publishes every GPU of the node, hidden ones first; the real scheduler allocates tenants'
-claims of the stack's DeviceClass (hidden-gpu:dra); the kubelet has the plugin prepare them and hands their CDI
-devices to containerd, which injects them; the container prints what it got. Then the same claim where the guard
-does not judge (kube-system, exempt by default): the kubelet hands out a hidden GPU, which host.audit reports from
-the kubelet's PodResources `dynamic_resources`.
+"""Allocated DRA claims through the real kubelet and runtime (issues 31 and 41): the render's DRA kubelet plugin,
+pinned to the node's exposed GPU, runs as its DaemonSet under the node's RuntimeClass, learns its GPUs from what its
+container was given, registers with this node's kubelet and publishes that GPU alone; no hidden UUID is anywhere in
+the API. The real scheduler allocates tenants' claims of the stack's DeviceClass; the kubelet has the plugin prepare
+them and hands their CDI devices to containerd, which injects them; the container prints what it got. Then the
+control: NVIDIA's plugin as its chart runs it (privileged: every GPU), where the guard does not judge (kube-system),
+hands out a hidden GPU, which host.audit reports from the kubelet's PodResources `dynamic_resources`.
 
-The stand-ins: NVIDIA's DRA kubelet plugin (e2e/go/dra, on the DRA helper library NVIDIA's driver uses), run as a
-host process; the node's CDI spec (a GPU is a marker); NVML in host.audit (a host record)."""
+The stand-ins: NVIDIA's DRA kubelet plugin (e2e/go/dra, on the DRA helper library NVIDIA's driver uses), in the
+rendered DaemonSet with its image replaced and, as the node tier has no Service network, the host's network and the
+API server's address given; the node's CDI spec (a GPU is a marker); NVML in host.audit (a host record)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from common.names import DRA_API_PATH, NVIDIA_DRA_DRIVER
+from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_API_PATH, NVIDIA_DRA_DRIVER, dra_plugin_name
 from e2e.controlplane import ControlPlane
-from e2e.node import DRA_DRIVER, Node, claim_results, dra_devices, grant_dra_driver, using_claim
+from e2e.node import DRA_DRIVER, Node, Toolkit, claim_results, dra_devices, grant_dra_driver, using_claim
 from tests.node.conftest import (
     GPU,
     NODE,
@@ -39,11 +42,11 @@ from tests.real.harness import denial, rule_in
 from tests.support.routes import claim, exactly
 from tests.support.stacks import EXPOSED, HIDDEN, write_stack
 
-# Minor-number order, as the plugin publishes them (gpu-<minor>): hidden first, so a first-fit allocator meets them
-# before the exposed one.
-GPUS = [*HIDDEN, EXPOSED]
+# The node's GPUs in minor-number order, as its CDI spec and the host record list them (tests/node/conftest.py).
+GPUS = [EXPOSED, *HIDDEN]
 CLAIMS = 3  # more than the one exposed GPU, created at once
 EXEMPT = "kube-system"
+PINNED = dra_plugin_name(NODE)
 # NVIDIA's own class, as its chart creates it: every device of the driver.
 NVIDIA_CLASS = {
     "apiVersion": "resource.k8s.io/v1",
@@ -60,21 +63,41 @@ def config() -> dict[str, Any]:
     return {**written, "hidden-gpu:dra": {}}
 
 
+def on_the_host_network(obj: dict[str, Any], plane: ControlPlane) -> dict[str, Any]:
+    """The node tier's one change to the pinned plugin beyond its image: no kube-proxy, no pod network here, so its
+    pod reaches the API server on the host's network at the address a Service would have given it."""
+    spec = obj["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    host, port = plane.url.removeprefix("https://").split(":")
+    (container,) = spec["containers"]
+    container["env"] += [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": host},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": port},
+    ]
+    return obj
+
+
 @pytest.fixture(scope="module")
 def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The render with the guard applied on a node no device plugin serves (earlier modules' plugins deleted), NVIDIA's
-    class beside it, the driver's plugin started and its slice published; yields the stack's DeviceClass for the
+    class beside it, the pinned DRA plugin Ready and its slice published; yields the stack's DeviceClass for the
     node."""
     objects = rendered_objects(tmp_path_factory.mktemp("dra"), "envvar", guard=True, config=config())
     (device_class,) = [o["metadata"]["name"] for o in objects if o["kind"] == "DeviceClass"]
-    assert not [o for o in objects if o["kind"] == "DaemonSet" and "device-plugin" in o["metadata"]["name"]]
+    daemon_sets = [o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"]
+    assert PINNED in daemon_sets and not [n for n in daemon_sets if "device-plugin" in n], daemon_sets
     clear_plugin_namespace(node_plane)
+    node.toolkit(Toolkit())  # the toolkit's defaults (an earlier module may have hardened it)
     eventually(lambda: node.allocatable(GPU) == 0, "no nvidia.com/gpu allocatable")
-    apply_render(node_plane, objects)
+    apply_render(
+        node_plane,
+        [
+            on_the_host_network(o, node_plane) if o["metadata"]["name"] == PINNED and o["kind"] == "DaemonSet" else o
+            for o in objects
+        ],
+    )
     node_plane.apply(NVIDIA_CLASS, manager="nvidia-dra-driver-chart")
-    grant_dra_driver(node_plane)
-    node.start_dra_plugin(node_plane.kubeconfig(DRA_DRIVER), NVIDIA_DRA_DRIVER, GPUS)
-    eventually(lambda: published(node_plane) == GPUS, "the driver's ResourceSlice")
+    eventually(lambda: published(node_plane) == {f"gpu-{GPUS.index(EXPOSED)}": EXPOSED}, "the pinned plugin's slice")
     eventually(
         lambda: "hidden-gpu guard" in (denial(node_plane, claim(exactly(NVIDIA_DRA_DRIVER)), identity="admin") or ""),
         "the claims policy in force",
@@ -86,15 +109,18 @@ def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Tem
     # The resource claim controller releases the pods' claims, then lets them go: the GPUs are free again.
     eventually(lambda: not dra_pods(node_plane) and not dra_claims(node_plane), "the DRA pods and claims gone")
     node.stop_dra_plugin()
+    clear_plugin_namespace(node_plane)
+    # The stopped plugin's slice (the kubelet would wipe it only later): later modules' verify reads slices.
+    node_plane.request("DELETE", f"{DRA_API_PATH}/resourceslices?fieldSelector=spec.nodeName%3D{NODE}")
+    eventually(lambda: not published(node_plane), "this node's slices gone")
     for obj in [*(o for o in objects if o["kind"] == "DeviceClass"), NVIDIA_CLASS]:
         node_plane.request("DELETE", node_plane.path(obj))
     remove_guard(node_plane, objects)
 
 
-def published(plane: ControlPlane) -> list[str]:
-    """The UUIDs in this node's slices of NVIDIA's driver, by device name (gpu-<minor>) order."""
-    devices = dra_devices(plane, NODE, NVIDIA_DRA_DRIVER)
-    return [devices[name] for name in sorted(devices, key=lambda n: int(n.split("-")[1]))]
+def published(plane: ControlPlane) -> dict[str, str]:
+    """This node's devices of NVIDIA's driver in its slices: device name (gpu-<minor>) -> UUID."""
+    return dra_devices(plane, NODE, NVIDIA_DRA_DRIVER)
 
 
 def labelled(plane: ControlPlane, prefix: str, kind: str) -> list[dict[str, Any]]:
@@ -131,15 +157,42 @@ def allocated_uuids(plane: ControlPlane, namespace: str, name: str) -> list[str]
     return [GPUS[int(r["device"].split("-")[1])] for r in results if r["driver"] == NVIDIA_DRA_DRIVER]
 
 
-def test_the_plugin_publishes_every_gpu_as_nvidias_driver_does(node_plane: ControlPlane, gpu_class: str) -> None:
-    """No per-UUID filter, so the hidden GPUs are in the slice (the fixture waited for all of them); one pool named
-    after the node, devices `gpu-<minor>` of type gpu, owned by the Node."""
+def test_the_pinned_plugin_publishes_the_exposed_gpu_alone(node_plane: ControlPlane, gpu_class: str) -> None:
+    """Its container was given the exposed GPU alone (the rendered DaemonSet: unprivileged, NVIDIA_VISIBLE_DEVICES,
+    the node's RuntimeClass): one pool named after the node, one device `gpu-<minor>` of type gpu, owned by the Node;
+    the pod Ready by the rendered gRPC probes."""
     query = f"{DRA_API_PATH}/resourceslices?fieldSelector=spec.nodeName%3D{NODE}"
     (piece,) = [s for s in node_plane.request("GET", query)["items"] if s["spec"]["driver"] == NVIDIA_DRA_DRIVER]
     assert piece["spec"]["pool"]["name"] == NODE
-    assert [d["name"] for d in piece["spec"]["devices"]] == [f"gpu-{minor}" for minor in range(len(GPUS))]
+    assert [d["name"] for d in piece["spec"]["devices"]] == [f"gpu-{GPUS.index(EXPOSED)}"]
     assert {d["attributes"]["type"]["string"] for d in piece["spec"]["devices"]} == {"gpu"}
     assert [(o["kind"], o["name"]) for o in piece["metadata"]["ownerReferences"]] == [("Node", NODE)]
+
+    def ready() -> dict[str, Any] | None:
+        pods = node_plane.request("GET", f"/api/v1/namespaces/{DEFAULT_PLUGIN_NAMESPACE}/pods")["items"]
+        (pod,) = [p for p in pods if p["metadata"]["name"].startswith(PINNED)]
+        conditions = pod["status"].get("conditions", [])
+        return pod if [c["status"] for c in conditions if c["type"] == "Ready"] == ["True"] else None
+
+    pod = eventually(ready, "the pinned plugin's pod Ready (its startup probe passed)")
+    assert pod["spec"]["containers"][0]["securityContext"]["privileged"] is False
+
+
+def test_no_hidden_uuid_is_anywhere_in_the_api(node_plane: ControlPlane, gpu_class: str) -> None:
+    """Every object of every listable resource of the API server, read as JSON: no hidden GPU's UUID in any (the
+    exposed one is in the slice, so the search can find what it looks for)."""
+    found: dict[str, list[str]] = {}
+    for group in (
+        "/api/v1",
+        *(f"/apis/{g['preferredVersion']['groupVersion']}" for g in node_plane.request("GET", "/apis")["groups"]),
+    ):
+        for resource in node_plane.request("GET", group)["resources"]:
+            if "/" in resource["name"] or "list" not in resource["verbs"]:
+                continue
+            text = json.dumps(node_plane.request("GET", f"{group}/{resource['name']}"))
+            found[resource["name"]] = [uuid for uuid in GPUS if uuid in text]
+    assert EXPOSED in found["resourceslices"]
+    assert {name: uuids for name, uuids in found.items() if set(uuids) & set(HIDDEN)} == {}
 
 
 def test_claims_of_the_stack_class_get_the_exposed_gpu_only(
@@ -194,14 +247,34 @@ def test_claims_of_the_stack_class_get_the_exposed_gpu_only(
     assert f"pid {pid}: pod {TENANT}/{holder} container probe" in out, out
 
 
-def test_a_claim_the_guard_does_not_judge_reaches_a_hidden_gpu(
+def test_where_the_guard_does_not_judge_only_nvidias_own_plugin_reaches_a_hidden_gpu(
     node_plane: ControlPlane, node: Node, gpu_class: str, tmp_path: Path
 ) -> None:
-    """NVIDIA's class from a tenant namespace: denied by the claims policy. The same claim in an exempt namespace:
-    the allocator gives it a hidden GPU (the exposed one is taken), the container sees it, and host.audit reports
-    the pod and its claim from the kubelet's dynamic_resources."""
+    """NVIDIA's class from a tenant namespace: denied by the claims policy. In an exempt namespace the claim is
+    admitted, and with the pinned plugin nothing can be allocated to it (the exposed GPU is taken, no other is
+    published). The control: the pinned plugin gone and NVIDIA's plugin as its chart runs it (privileged, every
+    GPU) in its place; the allocator gives the claim a hidden GPU, the container sees it, and host.audit reports the
+    pod and its claim from the kubelet's dynamic_resources."""
     assert rule_in(denial(node_plane, claim(exactly(NVIDIA_DRA_DRIVER)), identity="admin")) == "claim-device-classes"
     new_claim(node_plane, "everything", NVIDIA_DRA_DRIVER, namespace=EXEMPT)
+    node_plane.create(claim_pod("everything", "everything", namespace=EXEMPT))
+    pod = f"/api/v1/namespaces/{EXEMPT}/pods/everything"
+    eventually(
+        lambda: any(
+            c["type"] == "PodScheduled" and c["status"] == "False"
+            for c in node_plane.request("GET", pod)["status"].get("conditions", [])
+        ),
+        "the exempt claim's pod unschedulable",
+    )
+    assert allocated_uuids(node_plane, EXEMPT, "everything") == []
+    node_plane.request("DELETE", pod)
+    eventually(lambda: node_plane.get_or_none(pod) is None, "the unschedulable pod gone")
+
+    node_plane.request("DELETE", f"/apis/apps/v1/namespaces/{DEFAULT_PLUGIN_NAMESPACE}/daemonsets/{PINNED}")
+    eventually(lambda: not published(node_plane), "the pinned plugin's slice gone")
+    grant_dra_driver(node_plane)
+    node.start_dra_plugin(node_plane.kubeconfig(DRA_DRIVER), NVIDIA_DRA_DRIVER, GPUS)
+    eventually(lambda: len(published(node_plane)) == len(GPUS), "NVIDIA's plugin's slice: every GPU")
     result = run_probe(node_plane, node, claim_pod("everything", "everything", namespace=EXEMPT))
     (uuid,) = allocated_uuids(node_plane, EXEMPT, "everything")
     assert uuid in HIDDEN

@@ -24,6 +24,7 @@ import yaml
 from cluster import verify
 from common.names import (
     CLAIMS_POLICY_NAME,
+    DEVICE_PLUGIN_LABEL,
     DRA_API_PATH,
     NODE_LABEL,
     NVIDIA_DRA_DRIVER,
@@ -353,12 +354,13 @@ def test_verify_reads_the_drivers_slices_and_classes(
 
 def test_the_documented_affinity_keeps_nvidias_kubelet_plugin_off_stack_nodes(plane: ControlPlane) -> None:
     """docs/compatibility.md's values for NVIDIA's chart (issue 41): a DaemonSet with that affinity gets a pod on
-    every GPU node but the one hidden-gpu labels, by the real DaemonSet controller."""
+    every GPU node but the one hidden-gpu labels (as its node patch does: the node-switches policy holds the pair),
+    by the real DaemonSet controller."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "compatibility.md").read_text()
     (snippet,) = re.findall(r"```yaml\n(\s*kubeletPlugin:.*?)```", text, re.S)
     affinity = yaml.safe_load(textwrap.dedent(snippet))["kubeletPlugin"]["affinity"]
     plane.request(
-        "PATCH", "/api/v1/nodes/gpu-node-01", {"metadata": {"labels": {NODE_LABEL: "gpu-node-01"}}},
+        "PATCH", "/api/v1/nodes/gpu-node-01", {"metadata": {"labels": {NODE_LABEL: "gpu-node-01", DEVICE_PLUGIN_LABEL: "false"}}},
         content_type="application/merge-patch+json",
     )  # fmt: skip
     labels = {"app": "stock-dra-kubelet-plugin"}
