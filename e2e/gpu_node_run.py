@@ -202,8 +202,8 @@ def sh(*args: str | Path, check: bool = False, timeout: float = 60) -> subproces
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, timeout=timeout)
 
 
-def unpack(carry: Path, into: Path, rehearse: bool) -> dict[str, Any]:
-    """The node set and NVIDIA's plugin into `into`; the multi-call binary under each program's name."""
+def unpack_nodeset(carry: Path, into: Path) -> dict[str, Any]:
+    """The node set into `into`, each binary checked; the multi-call binary under each program's name."""
     into.mkdir(parents=True)
     with lzma.open(carry / NODESET_FILE) as xz, tarfile.open(fileobj=xz, mode="r|") as tar:
         tar.extractall(into, filter="tar")
@@ -213,6 +213,12 @@ def unpack(carry: Path, into: Path, rehearse: bool) -> dict[str, Any]:
     for name, digest in packed["sha256"].items():
         if hashlib.sha256((into / name).read_bytes()).hexdigest() != digest:
             raise RuntimeError(f"{name}: not the binary packed")
+    return packed
+
+
+def unpack(carry: Path, into: Path, rehearse: bool) -> dict[str, Any]:
+    """The node set and NVIDIA's plugin into `into`."""
+    packed = unpack_nodeset(carry, into)
     if rehearse:
         for name in ("probe", "hidden-gpu-test-plugin"):
             shutil.copy(LINKS / name, into / name)
@@ -266,24 +272,32 @@ def nvml(spec_dir: Path) -> tuple[str, dict[str, Path]]:
     return "", {}
 
 
-def make_images(
-    bin_dir: Path, work: Path, rehearse: bool, spec_dir: Path, hold: Path
-) -> list[tuple[Image, dict[str, Path]]]:
-    """pause, the pod image (dash, nvidia-smi, pause, the CUDA holder) and the plugin image (NVIDIA's binary, or the
-    stand-in)."""
+def pod_image(bin_dir: Path, work: Path, spec_dir: Path, hold: Path | None) -> tuple[Image, dict[str, Path]]:
+    """The pod image: dash running SCRIPT, nvidia-smi, pause and (given) the CUDA holder, with their libraries."""
     work.mkdir(parents=True, exist_ok=True)
-    ld_conf = work / "ld.so.conf"
-    ld_conf.write_text("")  # for the toolkit's ldcache hook, which runs ldconfig over the container's /etc
+    # For the toolkit's ldcache hook, which runs ldconfig over the container's /etc.
+    (work / "ld.so.conf").write_text("")
     (work / "script.sh").write_text(SCRIPT)
     dash = Path(shutil.which("dash") or "/bin/sh").resolve()
     smi = shutil.which("nvidia-smi")
     library_path, nvml_needs = nvml(spec_dir)
     env = {"NVIDIA_VISIBLE_DEVICES": "all", **({"LD_LIBRARY_PATH": library_path} if library_path else {})}
+    held = {"hold": hold} if hold else {}
     pod_files = {"bin/sh": dash, "script.sh": work / "script.sh", "pause": bin_dir / "pause",
-                 "etc/ld.so.conf": ld_conf, "hold": hold, **libraries(dash, hold), **nvml_needs}  # fmt: skip
+                 "etc/ld.so.conf": work / "ld.so.conf", **held, **libraries(dash, *held.values()),
+                 **nvml_needs}  # fmt: skip
     if smi:
         pod_files |= {"usr/bin/nvidia-smi": Path(smi), **libraries(Path(smi))}
-    pod = Image("hidden-gpu.test/nvidia-smi:1", ("/bin/sh", "/script.sh"), env)
+    return Image("hidden-gpu.test/nvidia-smi:1", ("/bin/sh", "/script.sh"), env), pod_files
+
+
+def make_images(
+    bin_dir: Path, work: Path, rehearse: bool, spec_dir: Path, hold: Path
+) -> list[tuple[Image, dict[str, Path]]]:
+    """pause, the pod image and the plugin image (NVIDIA's binary, or the stand-in)."""
+    pod, pod_files = pod_image(bin_dir, work, spec_dir, hold)
+    ld_conf = work / "ld.so.conf"
+    library_path, nvml_needs = nvml(spec_dir)
     if rehearse:
         plugin_image, plugin_files = images.PLUGIN, {"hidden-gpu-test-plugin": bin_dir / "hidden-gpu-test-plugin"}
     else:

@@ -127,6 +127,8 @@ class Node:
     own_images: Sequence[tuple[images.Image, dict[str, Path]]] | None = None
     """The images to import (image, its files); None: the node tier's pause, probe, the stand-ins of NVIDIA's plugin,
     GFD and dcgm-exporter, and of the GPU Operator's plugin and validator."""
+    host_cdi: bool = False
+    """containerd also reads the host's /var/run/cdi, where NVIDIA's DRA kubelet plugin writes a spec per claim."""
 
     @classmethod
     @contextmanager
@@ -140,6 +142,7 @@ class Node:
         *,
         cdi: Callable[[Path], None] | None = None,
         own_images: Sequence[tuple[images.Image, dict[str, Path]]] | None = None,
+        host_cdi: bool = False,
     ) -> Iterator[Node]:
         """A registered, Ready node named `name` (its kubelet authenticates as system:node:<name>, which the plane
         must know: ControlPlane.start(identities=...)); everything stopped and removed afterwards. `cdi` and
@@ -159,6 +162,7 @@ class Node:
             "overlayfs" if overlay else "native",
             cdi=cdi,
             own_images=own_images,
+            host_cdi=host_cdi,
         )
         try:
             node._start(toolkit)
@@ -269,7 +273,7 @@ class Node:
             "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
             f'sandbox = "{images.PAUSE.name}"\n'
             f"[{runtime}]\n"
-            f'cdi_spec_dirs = ["{self.root / "cdi"}"]\n'
+            f"cdi_spec_dirs = {json.dumps([str(self.root / 'cdi'), *(['/var/run/cdi'] if self.host_cdi else [])])}\n"
             # Root here (and on the GPU machine) lacks CAP_SYS_RESOURCE: without this a sandbox fails
             # "failed to update /proc/self/oom_score_adj" (shared/notes/real-node.md).
             "restrict_oom_score_adj = true\n"
@@ -569,6 +573,18 @@ def claim_results(plane: ControlPlane, namespace: str, name: str) -> list[dict[s
         ((live.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
     )
     return results
+
+
+def on_host_network(daemon_set: dict[str, Any], plane: ControlPlane) -> dict[str, Any]:
+    """A DaemonSet whose pods talk to the API server (the pinned DRA kubelet plugin), as this tier can run it: with no
+    kube-proxy and no pod network here, on the host's network at the address a Service would have given it."""
+    spec = daemon_set["spec"]["template"]["spec"]
+    spec["hostNetwork"] = True
+    host, port = plane.url.removeprefix("https://").split(":")
+    for container in spec["containers"]:
+        container["env"] = [*container.get("env", []), {"name": "KUBERNETES_SERVICE_HOST", "value": host},
+                            {"name": "KUBERNETES_SERVICE_PORT", "value": port}]  # fmt: skip
+    return daemon_set
 
 
 def using_claim(pod: dict[str, Any], claim: str) -> dict[str, Any]:

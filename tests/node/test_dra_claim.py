@@ -21,7 +21,16 @@ import pytest
 
 from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_API_PATH, NVIDIA_DRA_DRIVER, dra_plugin_name
 from e2e.controlplane import ControlPlane
-from e2e.node import DRA_DRIVER, Node, Toolkit, claim_results, dra_devices, grant_dra_driver, using_claim
+from e2e.node import (
+    DRA_DRIVER,
+    Node,
+    Toolkit,
+    claim_results,
+    dra_devices,
+    grant_dra_driver,
+    on_host_network,
+    using_claim,
+)
 from tests.node.conftest import (
     GPU,
     NODE,
@@ -63,20 +72,6 @@ def config() -> dict[str, Any]:
     return {**written, "hidden-gpu:dra": {}}
 
 
-def on_the_host_network(obj: dict[str, Any], plane: ControlPlane) -> dict[str, Any]:
-    """The node tier's one change to the pinned plugin beyond its image: no kube-proxy, no pod network here, so its
-    pod reaches the API server on the host's network at the address a Service would have given it."""
-    spec = obj["spec"]["template"]["spec"]
-    spec["hostNetwork"] = True
-    host, port = plane.url.removeprefix("https://").split(":")
-    (container,) = spec["containers"]
-    container["env"] += [
-        {"name": "KUBERNETES_SERVICE_HOST", "value": host},
-        {"name": "KUBERNETES_SERVICE_PORT", "value": port},
-    ]
-    return obj
-
-
 @pytest.fixture(scope="module")
 def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The render with the guard applied on a node no device plugin serves (earlier modules' plugins deleted), NVIDIA's
@@ -92,7 +87,7 @@ def gpu_class(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Tem
     apply_render(
         node_plane,
         [
-            on_the_host_network(o, node_plane) if o["metadata"]["name"] == PINNED and o["kind"] == "DaemonSet" else o
+            on_host_network(o, node_plane) if o["metadata"]["name"] == PINNED and o["kind"] == "DaemonSet" else o
             for o in objects
         ],
     )
