@@ -169,8 +169,10 @@ class DevicePluginSpec(TypedDict):
     Feature Discovery runs from `image`, which carries it. Both run in the plugin's namespace with its
     tolerations, priority class and pull secrets."""
     nvidiaDriverRoot: NotRequired[str]
-    """With `cdi-cri`: where the driver's files are on the host (the Helm chart's `nvidiaDriverRoot`): `/`
-    for a driver installed on the host, `/run/nvidia/driver` for the GPU Operator's driver container."""
+    """With `cdi-cri`, and for the pinned DRA kubelet plugin of `allocator: dra` nodes: where the driver's
+    files are on the host (the Helm charts' `nvidiaDriverRoot`), its `lib64`/`lib` and `bin` below it:
+    `/` for a driver installed on the host, `/run/nvidia/driver` for the GPU Operator's driver
+    container, `/usr/local/nvidia` where NVML is in `/usr/local/nvidia/lib64`."""
     nvidiaCdiHookPath: NotRequired[str]
     """With `cdi-cri`: the host path of `nvidia-cdi-hook` (the Helm chart's `cdi.nvidiaHookPath`), e.g.
     `/usr/local/nvidia/toolkit/nvidia-cdi-hook` where the GPU Operator installs the toolkit."""

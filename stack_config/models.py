@@ -466,8 +466,10 @@ class DevicePluginConfig(_Model):
     Discovery runs from `image`, which carries it. Both run in the plugin's namespace with its tolerations, priority
     class and pull secrets."""
     nvidia_driver_root: HostPath = "/"
-    """With `cdi-cri`: where the driver's files are on the host (the Helm chart's `nvidiaDriverRoot`): `/` for a
-    driver installed on the host, `/run/nvidia/driver` for the GPU Operator's driver container."""
+    """With `cdi-cri`, and for the pinned DRA kubelet plugin of `allocator: dra` nodes: where the driver's files are on
+    the host (the Helm charts' `nvidiaDriverRoot`), its `lib64`/`lib` and `bin` below it: `/` for a driver installed on
+    the host, `/run/nvidia/driver` for the GPU Operator's driver container, `/usr/local/nvidia` where NVML is in
+    `/usr/local/nvidia/lib64`."""
     nvidia_cdi_hook_path: HostPath | None = None
     """With `cdi-cri`: the host path of `nvidia-cdi-hook` (the Helm chart's `cdi.nvidiaHookPath`), e.g.
     `/usr/local/nvidia/toolkit/nvidia-cdi-hook` where the GPU Operator installs the toolkit."""
@@ -756,9 +758,14 @@ def _toolkit_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
     cdi-cri needs to know where the driver is."""
     plugin = stack.device_plugin
     cdi = plugin.device_list_strategy == DeviceListStrategy.CDI_CRI
-    for key, field in (("nvidiaDriverRoot", "nvidia_driver_root"), ("nvidiaCdiHookPath", "nvidia_cdi_hook_path")):
-        if field in plugin.model_fields_set and not cdi:
-            yield ("devicePlugin", key), getattr(plugin, field), "only means something with deviceListStrategy cdi-cri"
+    # The pinned DRA kubelet plugin reads NVML and nvidia-smi under the driver root too (components/dra_plugin.py).
+    dra = any(n.allocator == Allocator.DRA for n in stack.nodes)
+    for key, field, means in (
+        ("nvidiaDriverRoot", "nvidia_driver_root", "deviceListStrategy cdi-cri or a node with allocator: dra"),
+        ("nvidiaCdiHookPath", "nvidia_cdi_hook_path", "deviceListStrategy cdi-cri"),
+    ):
+        if field in plugin.model_fields_set and not (cdi or (dra and field == "nvidia_driver_root")):
+            yield ("devicePlugin", key), getattr(plugin, field), f"only means something with {means}"
     source = plugin.volume_mounts_accepted_by
     if plugin.device_list_strategy == DeviceListStrategy.VOLUME_MOUNTS and source is None:
         yield (

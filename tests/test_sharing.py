@@ -284,7 +284,13 @@ def test_cdi_cri_plugin_writes_its_spec_and_stays_unprivileged() -> None:
         kubernetes_validate.validate(daemonset, version, strict=True)
 
 
-def test_driver_root_only_with_cdi_cri() -> None:
+def test_driver_root_only_with_cdi_cri_or_a_dra_node() -> None:
+    """The pinned DRA kubelet plugin reads NVML under it too (issue 41: the GPU host's NVML is in
+    /usr/local/nvidia/lib64): its DaemonSet mounts that root; elsewhere the key means nothing and is refused."""
     config = changed(lambda c: c["hidden-gpu:devicePlugin"].update({"nvidiaDriverRoot": "/run/nvidia/driver"}))
-    with pytest.raises(InvalidConfigError, match="only means something with deviceListStrategy cdi-cri"):
+    with pytest.raises(InvalidConfigError, match="only means something with deviceListStrategy cdi-cri or a node"):
         parse_project_config(config)
+    run = run_program(dra_allocated(config), "test")
+    (plugin,) = [r.inputs for r in run.of_type(Token.DAEMONSET) if "dra-kubelet-plugin" in r.inputs["metadata"]["name"]]
+    volumes = {v["name"]: v["hostPath"]["path"] for v in plugin["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["driver-root"] == "/run/nvidia/driver"
