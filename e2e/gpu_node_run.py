@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -703,6 +704,32 @@ class DeadlineError(Exception):
     pass
 
 
+@dataclass
+class Held:
+    """What a GPU-host run holds, for its logs whatever happens: its work directory, plane and node."""
+
+    work: Path
+    plane: ControlPlane | None = None
+    node: Node | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@contextmanager
+def device_run(out: Path, result: dict[str, Any], prefix: str, seconds: int) -> Iterator[Held]:
+    """The run's frame: its own deadline, what failed written into `result` with the logs, the work directory gone."""
+    out.mkdir(parents=True, exist_ok=True)
+    held = Held(Path(tempfile.mkdtemp(prefix=prefix)))
+    try:
+        with deadline(seconds):
+            yield held
+    except Exception as error:  # what failed goes into the result, with the logs
+        result["error"] = f"{type(error).__name__}: {error}"[-4000:]
+        if not (out / "logs.tar.gz").exists():
+            collect_logs(out, held.node, held.plane, held.extra)
+    finally:
+        shutil.rmtree(held.work, ignore_errors=True)
+
+
 @contextmanager
 def deadline(seconds: int) -> Iterator[None]:
     def expired(signum: int, frame: Any) -> None:
@@ -718,7 +745,6 @@ def deadline(seconds: int) -> Iterator[None]:
 
 
 def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one run, in order)
-    out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     result: dict[str, Any] = {
         "what": "The node tier on a GPU host: e2e/gpu_node_run.py (issue 30)",
@@ -729,90 +755,79 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
         "timings_s": {},
     }
     timings = result["timings_s"]
-    work = Path(tempfile.mkdtemp(prefix="hidden-gpu-gpu-node-"))
-    plane: ControlPlane | None = None
-    node: Node | None = None
-    extra: dict[str, str] = {}
-    try:
-        with deadline(DEADLINE_S):
-            facts = result["host"] = host_facts(rehearse)
-            bin_dir = work / "bin"
-            packed = unpack(carry, bin_dir, rehearse)
-            timings["unpack"] = round(time.monotonic() - began, 2)
-            site = None if rehearse else install_wheels(carry, work)  # rehearsed here, the venv has them
-            result["versions"] = {
-                **packed["versions"],
-                "binaries": {n: sh(bin_dir / n, "--version").stdout.strip().splitlines()[:1] for n in
-                             ("kubelet", "etcd", "containerd", "runc", "nvidia-ctk", "nvidia-container-runtime")},
+    with device_run(out, result, "hidden-gpu-gpu-node-", DEADLINE_S) as held:
+        facts = result["host"] = host_facts(rehearse)
+        bin_dir = held.work / "bin"
+        packed = unpack(carry, bin_dir, rehearse)
+        timings["unpack"] = round(time.monotonic() - began, 2)
+        site = None if rehearse else install_wheels(carry, held.work)  # rehearsed here, the venv has them
+        result["versions"] = {
+            **packed["versions"],
+            "binaries": {n: sh(bin_dir / n, "--version").stdout.strip().splitlines()[:1] for n in
+                         ("kubelet", "etcd", "containerd", "runc", "nvidia-ctk", "nvidia-container-runtime")},
+        }  # fmt: skip
+        uuid = PLACEHOLDER if rehearse else facts["gpus"][0]["uuid"]
+        if not rehearse:
+            result["versions"]["nvidia-device-plugin"] = {
+                "sha256": PLUGIN_SHA256, "version": sh(bin_dir / "nvidia-device-plugin", "--version").stdout.strip()
             }  # fmt: skip
-            uuid = PLACEHOLDER if rehearse else facts["gpus"][0]["uuid"]
-            if not rehearse:
-                result["versions"]["nvidia-device-plugin"] = {
-                    "sha256": PLUGIN_SHA256, "version": sh(bin_dir / "nvidia-device-plugin", "--version").stdout.strip()
-                }  # fmt: skip
-            spec_dir = work / "spec"  # the images need the spec's NVML directory before the node starts
-            spec_dir.mkdir()
-            writer = None if rehearse else cdi_writer(bin_dir, facts)
-            if writer:
-                writer(spec_dir)
-                spec = (spec_dir / "nvidia.yaml").read_text()
-                extra["nvidia.yaml"] = spec
-                result["cdi_spec"] = {"devices": re.findall(r"^- name: \"?([^\"\n]+)\"?$", spec, re.M) or
-                                      re.findall(r"^\s+- name: \"?([^\"\n]+)\"?$", spec, re.M)}  # fmt: skip
-            node_images = make_images(bin_dir, work / "images", rehearse, spec_dir, carry / HOLD)
-            pod_image, plugin_image = node_images[1][0].name, node_images[2][0].name
-            result["images"] = {i.name: {"env": i.env, "files": sorted(f)} for i, f in node_images}
-            with ControlPlane.start(bin_dir, controllers=("node-lifecycle-controller",),
-                                    identities={f"system:node:{NODE}": ["system:nodes"],
-                                                DRA_DRIVER: [DRA_DRIVER_GROUP]}) as plane:  # fmt: skip
-                timings["control_plane"] = round(time.monotonic() - began - timings["unpack"], 2)
-                plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
+        spec_dir = held.work / "spec"  # the images need the spec's NVML directory before the node starts
+        spec_dir.mkdir()
+        writer = None if rehearse else cdi_writer(bin_dir, facts)
+        if writer:
+            writer(spec_dir)
+            spec = (spec_dir / "nvidia.yaml").read_text()
+            held.extra["nvidia.yaml"] = spec
+            result["cdi_spec"] = {"devices": re.findall(r"^- name: \"?([^\"\n]+)\"?$", spec, re.M) or
+                                  re.findall(r"^\s+- name: \"?([^\"\n]+)\"?$", spec, re.M)}  # fmt: skip
+        node_images = make_images(bin_dir, held.work / "images", rehearse, spec_dir, carry / HOLD)
+        pod_image, plugin_image = node_images[1][0].name, node_images[2][0].name
+        result["images"] = {i.name: {"env": i.env, "files": sorted(f)} for i, f in node_images}
+        with ControlPlane.start(bin_dir, controllers=("node-lifecycle-controller",),
+                                identities={f"system:node:{NODE}": ["system:nodes"],
+                                            DRA_DRIVER: [DRA_DRIVER_GROUP]}) as plane:  # fmt: skip
+            held.plane = plane
+            timings["control_plane"] = round(time.monotonic() - began - timings["unpack"], 2)
+            plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
 
-                def copy(directory: Path) -> None:
-                    shutil.copy(spec_dir / "nvidia.yaml", directory / "nvidia.yaml")
+            def copy(directory: Path) -> None:
+                shutil.copy(spec_dir / "nvidia.yaml", directory / "nvidia.yaml")
 
-                with Node.start(
-                    plane, bin_dir, NODE, [uuid], cdi=copy if writer else None, own_images=node_images
-                ) as node:
-                    timings["node_containerd_and_images"] = round(node.timings["containerd"], 2)
-                    timings["node_ready"] = round(node.timings["ready"], 2)
-                    try:
-                        this = Run(plane, node, uuid, pod_image)
-                        # No plugin yet: the kubelet drops the unserved request (its admission removes extended
-                        # resources the node does not have), and the pod runs with the image's ENV.
-                        # The render's RuntimeClass, node label and namespace, without the plugin's DaemonSet yet.
-                        for obj in rendered(carry, "envvar", uuid, plugin_image):
-                            if obj["kind"] != "DaemonSet":
-                                plane.apply(obj, manager="hidden-gpu")
-                        result["unserved"] = {}
-                        for name, (toolkit, _) in SETTINGS.items():
-                            node.toolkit(toolkit)
-                            result["unserved"][name] = this.case(this.pod(f"unserved-{name}", gpus=1, bound=True))
-                        this.delete_pods()
-                        names = ("/hidden-gpu-test-plugin",) if rehearse else ("/nvidia-device-plugin",)
-                        result["settings"] = {}
-                        for name in SETTINGS:
+            with Node.start(plane, bin_dir, NODE, [uuid], cdi=copy if writer else None, own_images=node_images) as node:
+                held.node = node
+                timings["node_containerd_and_images"] = round(node.timings["containerd"], 2)
+                timings["node_ready"] = round(node.timings["ready"], 2)
+                try:
+                    this = Run(plane, node, uuid, pod_image)
+                    # No plugin yet: the kubelet drops the unserved request (its admission removes extended
+                    # resources the node does not have), and the pod runs with the image's ENV.
+                    # The render's RuntimeClass, node label and namespace, without the plugin's DaemonSet yet.
+                    for obj in rendered(carry, "envvar", uuid, plugin_image):
+                        if obj["kind"] != "DaemonSet":
+                            plane.apply(obj, manager="hidden-gpu")
+                    result["unserved"] = {}
+                    for name, (toolkit, _) in SETTINGS.items():
+                        node.toolkit(toolkit)
+                        result["unserved"][name] = this.case(this.pod(f"unserved-{name}", gpus=1, bound=True))
+                    this.delete_pods()
+                    names = ("/hidden-gpu-test-plugin",) if rehearse else ("/nvidia-device-plugin",)
+                    result["settings"] = {}
+                    for name in SETTINGS:
+                        started = time.monotonic()
+                        result["settings"][name] = setting_run(this, carry, name, plugin_image, names)
+                        timings[f"setting_{name}"] = round(time.monotonic() - started, 2)
+                        if name == "defaults":  # the plugin serves the GPU and the zero route is open
                             started = time.monotonic()
-                            result["settings"][name] = setting_run(this, carry, name, plugin_image, names)
-                            timings[f"setting_{name}"] = round(time.monotonic() - started, 2)
-                            if name == "defaults":  # the plugin serves the GPU and the zero route is open
-                                started = time.monotonic()
-                                result["audit"] = audit_run(this, carry, site, rehearse)
-                                timings["audit"] = round(time.monotonic() - started, 2)
-                        started = time.monotonic()
-                        result["kubelet_restart"] = restart_run(this, SETTINGS["hardened"][1])
-                        timings["kubelet_restart"] = round(time.monotonic() - started, 2)
-                        started = time.monotonic()
-                        result["dra"] = dra_run(this, carry)
-                        timings["dra"] = round(time.monotonic() - started, 2)
-                    finally:
-                        collect_logs(out, node, plane, extra)
-    except Exception as error:  # what failed goes into the result, with the logs
-        result["error"] = f"{type(error).__name__}: {error}"[-4000:]
-        if not (out / "logs.tar.gz").exists():
-            collect_logs(out, node, plane, extra)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+                            result["audit"] = audit_run(this, carry, site, rehearse)
+                            timings["audit"] = round(time.monotonic() - started, 2)
+                    started = time.monotonic()
+                    result["kubelet_restart"] = restart_run(this, SETTINGS["hardened"][1])
+                    timings["kubelet_restart"] = round(time.monotonic() - started, 2)
+                    started = time.monotonic()
+                    result["dra"] = dra_run(this, carry)
+                    timings["dra"] = round(time.monotonic() - started, 2)
+                finally:
+                    collect_logs(out, node, plane, held.extra)
     timings["total"] = round(time.monotonic() - began, 2)
     result["summary"] = summary(result)
     (out / "h200-real-node.json").write_text(json.dumps(result, indent=1) + "\n")
@@ -875,27 +890,51 @@ def findings(audit: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def device_main(
+    argv: list[str] | None,
+    doc: str,
+    *,
+    carry: Path,
+    plugin_xz: Path,
+    prepare: Callable[[Path], int],
+    run: Callable[[Path, Path, bool], int],
+    rehearsal: bool,
+) -> int:
+    """A GPU-host run's two verbs: `prepare` here, `run` there as root (and `--rehearse` here, where it has one)."""
+    prog = f"python -m e2e.{doc.split(maxsplit=1)[0]}"
     parser = argparse.ArgumentParser(
-        prog="python -m e2e.gpu_node_run",
-        description=__doc__.split("\n\n")[0],
-        epilog=__doc__.split("\n\n")[1],  # the usage lines: each verb's flags
+        prog=prog,
+        description=doc.split("\n\n")[1],
+        epilog=doc.split("\n\n")[2],  # the usage lines: each verb's flags
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="verb", required=True)
-    prep = sub.add_parser("prepare", help=f"build, pack, render and copy the plugin into {GPU_CARRY}")
-    prep.add_argument("--plugin-xz", type=Path, default=SHARED_PLUGIN)
+    prep = sub.add_parser("prepare", help=f"build, pack, render and copy the plugin into {carry}")
+    prep.add_argument("--plugin-xz", type=Path, default=plugin_xz)
     go = sub.add_parser("run", help="run the node and the cases; as root")
     go.add_argument("--out", type=Path, required=True)
-    go.add_argument("--carry", type=Path, default=GPU_CARRY)
-    go.add_argument("--rehearse", action="store_true", help="no GPU: the synthetic spec and the stand-in plugin")
+    go.add_argument("--carry", type=Path, default=carry)
+    if rehearsal:
+        go.add_argument("--rehearse", action="store_true", help="no GPU: the synthetic spec and the stand-in plugin")
     args = parser.parse_args(argv)
     if args.verb == "prepare":
         return prepare(args.plugin_xz)
     if os.geteuid() != 0:
-        print("e2e.gpu_node_run: runs containerd and a kubelet: run it as root", file=sys.stderr)
+        print(f"{prog}: runs containerd and a kubelet: run it as root", file=sys.stderr)
         return 2
-    return run(args.carry, args.out, args.rehearse)
+    return run(args.carry, args.out, getattr(args, "rehearse", False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return device_main(
+        argv,
+        f"gpu_node_run\n\n{__doc__}",
+        carry=GPU_CARRY,
+        plugin_xz=SHARED_PLUGIN,
+        prepare=prepare,
+        run=run,
+        rehearsal=True,
+    )
 
 
 if __name__ == "__main__":

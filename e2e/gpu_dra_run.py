@@ -1,0 +1,297 @@
+"""NVIDIA's DRA kubelet plugin, pinned as hidden-gpu renders it, on a real GPU host (issue 41): the node of
+e2e/gpu_node_run.py (control plane, kubelet, containerd, runc, NVIDIA's runtime in CDI mode over the host's spec),
+`allocator: dra`, and NVIDIA's `gpu-kubelet-plugin` v0.4.1 from ../shared/bin in the rendered DaemonSet. Writes
+OUT/gpu-host-dra-plugin.json (docs/measurements/) and OUT/logs.tar.gz.
+
+    python -m e2e.gpu_dra_run prepare             # here: the node set (e2e.gpu_node_run prepare), render, the xz
+    python3 -m e2e.gpu_dra_run run --out "$OUT"   # on the GPU host, as root
+
+Three phases, each read from the API and from the plugin's own log (its enumeration lines):
+- exposed: the stack exposes the host's GPU; the slice lists exactly its UUID, and a claim of the stack's class runs
+  a pod whose nvidia-smi -L shows exactly it;
+- hidden: the stack hides it (the DaemonSet is gone, as a hidden node runs none); no slice lists a device, and the
+  UUID is in no object of any listable resource of the API server;
+- privileged (the control): the same DaemonSet as NVIDIA's chart runs it (privileged, NVIDIA_VISIBLE_DEVICES=void):
+  it publishes the GPU.
+
+The DaemonSet's changes, as in tests/node: its image (a local archive of NVIDIA's binary, NVIDIA's image's
+variables, and the toolkit's nvidia-cdi-hook at /usr/bin, which the plugin copies beside its socket) and, with no
+Service network here, the host's network with the API server's address.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common.names import DRA_PLUGIN_NAME, NVIDIA_DRA_DRIVER, PLUGIN_NAME_LABEL
+from e2e import images
+from e2e.build import GPU_CARRY, NODESET_FILE
+from e2e.controlplane import ControlPlane
+from e2e.gpu_node_run import (
+    NODE,
+    PLACEHOLDER,
+    TENANT,
+    Run,
+    cdi_writer,
+    collect_logs,
+    device_main,
+    device_run,
+    host_facts,
+    libraries,
+    nvml,
+    pod_image,
+    sh,
+    unpack_nodeset,
+)
+from e2e.images import Image
+from e2e.node import Node, claim_results, dra_devices, on_host_network, using_claim
+
+CARRY = GPU_CARRY.parent / "dra"
+PLUGIN_XZ = "nvidia-dra-gpu-kubelet-plugin-v0.4.1.xz"
+PLUGIN_XZ_SHA256 = "e61c0faa0aa133733a25b8c2175989361e5331af4b928af9ba40e690827026c9"  # ../shared/bin/README.md
+PLUGIN_SHA256 = "1ca0359e0e299c8f0b29315c9991e369d2b1e56ac0c02829297e60880c93acdf"
+SHARED_PLUGIN = Path(__file__).resolve().parents[2] / "shared" / "bin" / PLUGIN_XZ
+RENDER_FILE = "render-dra.json"
+IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"  # the render's default, kept by name
+WAIT_S = 120.0
+DEADLINE_S = 540
+
+
+# The device machine's driver layout (NVML in /usr/local/nvidia/lib64, nvidia-smi in .../bin, as the host's CDI spec
+# names them): the stack says so as a platform with that layout would. `run` checks it against the host's spec.
+DRIVER_ROOT = "/usr/local/nvidia"
+
+
+def stack(exposed: bool) -> dict[str, Any]:
+    gpus = (
+        {"exposedGpus": [PLACEHOLDER], "hiddenGpus": []}
+        if exposed
+        else {"exposedGpus": [], "hiddenGpus": [PLACEHOLDER]}
+    )
+    return {
+        "kubernetes:context": "admin@e2e",
+        "pulumi:disable-default-providers": ["kubernetes"],
+        "hidden-gpu:nodes": [{"name": NODE, "allocator": "dra", **gpus}],
+        "hidden-gpu:devicePlugin": {"nvidiaDriverRoot": DRIVER_ROOT},
+        "hidden-gpu:dra": {},
+    }
+
+
+def prepare(plugin_xz: Path) -> int:
+    from e2e import gpu_node_run  # noqa: PLC0415 (prepare needs Go and the render; `run` does not)
+    from offline.render import render  # noqa: PLC0415
+    from tests.support.stacks import write_stack  # noqa: PLC0415
+
+    if (code := gpu_node_run.prepare(gpu_node_run.SHARED_PLUGIN)) != 0:
+        return code
+    shutil.rmtree(CARRY, ignore_errors=True)
+    CARRY.mkdir(parents=True)
+    for name in (NODESET_FILE, "nodeset.json"):
+        shutil.copy(GPU_CARRY / name, CARRY / name)
+    rendered = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for variant, exposed in (("exposed", True), ("hidden", False)):
+            (Path(tmp) / variant).mkdir()
+            files = render(write_stack(Path(tmp) / variant, stack(exposed), name="node")).files
+            rendered[variant] = sorted(
+                (o for n, o in sorted(files.items()) if not n.startswith("validatingadmissionpolicy")),
+                key=lambda o: o["kind"] != "Namespace",
+            )
+    (CARRY / RENDER_FILE).write_text(json.dumps({"placeholder": PLACEHOLDER, "objects": rendered}))
+    data = plugin_xz.read_bytes()
+    if hashlib.sha256(data).hexdigest() != PLUGIN_XZ_SHA256:
+        print(f"{plugin_xz}: not the sha256 ../shared/bin/README.md names", file=sys.stderr)
+        return 1
+    (CARRY / PLUGIN_XZ).write_bytes(data)
+    total = sum(p.stat().st_size for p in CARRY.rglob("*") if p.is_file())
+    print(f"{CARRY}: {total / 2**20:.1f} MiB to carry (device: 64 MiB with the repository)")
+    return 0
+
+
+def objects(carry: Path, variant: str, uuid: str) -> list[dict[str, Any]]:
+    """The render's objects of the variant, the placeholder UUID replaced by the host's GPU's."""
+    data = json.loads((carry / RENDER_FILE).read_text())
+    body, real = data["placeholder"].removeprefix("GPU-"), uuid.removeprefix("GPU-")
+    found: list[dict[str, Any]] = json.loads(json.dumps(data["objects"][variant]).replace(body, real))
+    # As Pulumi orders them: what the DaemonSet's pods need (namespace, identity, RuntimeClass) first.
+    return sorted(found, key=lambda o: (o["kind"] != "Namespace", o["kind"] == "DaemonSet"))
+
+
+def as_run_here(obj: dict[str, Any], plane: ControlPlane) -> dict[str, Any]:
+    """The pinned plugin's DaemonSet with the local archive's image (pull policy Never) on the host's network."""
+    if (
+        obj["kind"] == "DaemonSet"
+        and obj["spec"]["template"]["metadata"]["labels"].get(PLUGIN_NAME_LABEL) == DRA_PLUGIN_NAME
+    ):
+        (container,) = obj["spec"]["template"]["spec"]["containers"]
+        container["imagePullPolicy"] = "Never"
+        return on_host_network(obj, plane)
+    return obj
+
+
+def plugin_image(bin_dir: Path, work: Path, spec_dir: Path) -> tuple[Image, dict[str, Path]]:
+    binary = bin_dir / "gpu-kubelet-plugin"
+    library_path, nvml_needs = nvml(spec_dir)
+    # NVIDIA's image's variables (deployments/container/Dockerfile:113 of dra-driver-nvidia-gpu v0.4.1).
+    env = {"PATH": "/usr/bin", "NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+           "LD_LIBRARY_PATH": library_path}  # fmt: skip
+    files = {"usr/bin/gpu-kubelet-plugin": binary, "usr/bin/nvidia-cdi-hook": bin_dir / "nvidia-cdi-hook",
+             "etc/ld.so.conf": work / "ld.so.conf", **libraries(binary), **nvml_needs}  # fmt: skip
+    return Image(IMAGE, ("/usr/bin/gpu-kubelet-plugin",), env), files
+
+
+def plugin_log(node: Node) -> list[str]:
+    """The plugin's own lines that show what it enumerated and published."""
+    pods = node.plane.request("GET", "/api/v1/namespaces/hidden-gpu-system/pods")["items"]
+    lines = [line for p in pods for line in node.logs("hidden-gpu-system", p["metadata"]["name"])]
+    keep = ("device", "Device", "GPU", "gpu", "slice", "Slice", "NVML", "nvml", "error", "Error")
+    return [line[:300] for line in lines if any(k in line for k in keep)][:60]
+
+
+def everywhere(plane: ControlPlane, uuid: str) -> list[str]:
+    """Every listable resource of the API server whose objects name the UUID."""
+    groups = [
+        "/api/v1",
+        *(f"/apis/{g['preferredVersion']['groupVersion']}" for g in plane.request("GET", "/apis")["groups"]),
+    ]
+    named = []
+    for group in groups:
+        for resource in plane.request("GET", group)["resources"]:
+            listable = "/" not in resource["name"] and "list" in resource["verbs"]
+            if listable and uuid in json.dumps(plane.request("GET", f"{group}/{resource['name']}")):
+                named.append(resource["name"])
+    return named
+
+
+def phases(run: Run, carry: Path) -> dict[str, Any]:
+    plane, node, uuid = run.plane, run.node, run.uuid
+    out: dict[str, Any] = {}
+    for obj in objects(carry, "exposed", uuid):
+        plane.apply(as_run_here(obj, plane), manager="hidden-gpu")
+    published = run.eventually(lambda: dra_devices(plane, NODE, NVIDIA_DRA_DRIVER), "the pinned plugin's slice", WAIT_S)
+    (device_class,) = [o["metadata"]["name"] for o in objects(carry, "exposed", uuid) if o["kind"] == "DeviceClass"]
+    request = {"name": "gpu", "exactly": {"deviceClassName": device_class}}
+    metadata = {"name": "gpu", "namespace": TENANT}
+    spec = {"devices": {"requests": [request]}}
+    plane.create({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": metadata, "spec": spec})
+    pod = using_claim(run.pod("dra-claim"), "gpu")
+    started = time.monotonic()
+    plane.create(pod)
+    view = run.view(pod, started)
+    out["exposed"] = {
+        "published": published,
+        "claim_pod": {k: view[k] for k in ("phase", "seen", "lines", "seconds")},
+        "allocated": [published.get(r["device"], r["device"]) for r in claim_results(plane, TENANT, "gpu")],
+        "plugin_log": plugin_log(node),
+    }
+    run.delete_pods()
+    plane.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{TENANT}/resourceclaims/gpu")
+
+    # Hidden: the render has no plugin DaemonSet (a hidden node runs neither); what `up` would delete, deleted.
+    hidden = {(o["kind"], o["metadata"]["name"]) for o in objects(carry, "hidden", uuid)}
+    for obj in objects(carry, "exposed", uuid):
+        if (obj["kind"], obj["metadata"]["name"]) not in hidden and obj["kind"] != "Namespace":
+            plane.request("DELETE", plane.path(obj))
+    for obj in objects(carry, "hidden", uuid):
+        plane.apply(obj, manager="hidden-gpu")
+    pods = "/api/v1/namespaces/hidden-gpu-system/pods"
+    run.eventually(lambda: not plane.request("GET", pods)["items"], "the plugin gone")
+    started = time.monotonic()
+    run.eventually(lambda: not dra_devices(plane, NODE, NVIDIA_DRA_DRIVER), "no device published", WAIT_S)
+    out["hidden"] = {"slice_emptied_s": round(time.monotonic() - started, 2), "uuid_in": everywhere(plane, uuid)}
+
+    # The control: the chart's way, privileged and NVIDIA_VISIBLE_DEVICES=void.
+    for obj in objects(carry, "exposed", uuid):
+        if obj["kind"] == "DaemonSet":
+            (container,) = obj["spec"]["template"]["spec"]["containers"]
+            container["securityContext"] = {"privileged": True}
+            container["env"] = [
+                e if e["name"] != "NVIDIA_VISIBLE_DEVICES" else {**e, "value": "void"} for e in container["env"]
+            ]
+        if obj["kind"] in ("DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RuntimeClass"):
+            plane.apply(as_run_here(obj, plane), manager="hidden-gpu")
+    published = run.eventually(
+        lambda: dra_devices(plane, NODE, NVIDIA_DRA_DRIVER), "the privileged plugin's slice", WAIT_S
+    )
+    out["privileged"] = {"published": published, "plugin_log": plugin_log(node)}
+    return out
+
+
+def run(carry: Path, out: Path) -> int:
+    began = time.monotonic()
+    result: dict[str, Any] = {
+        "what": "NVIDIA's DRA kubelet plugin pinned as hidden-gpu renders it, on a GPU host (issue 41)",
+        "command": "python3 -m e2e.gpu_dra_run run --out $OUT",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    with device_run(out, result, "hidden-gpu-gpu-dra-", DEADLINE_S) as held:
+        facts = result["host"] = host_facts(rehearse=False)
+        bin_dir = held.work / "bin"
+        result["versions"] = unpack_nodeset(carry, bin_dir)["versions"]
+        binary = lzma.decompress((carry / PLUGIN_XZ).read_bytes())
+        if hashlib.sha256(binary).hexdigest() != PLUGIN_SHA256:
+            raise RuntimeError(f"{PLUGIN_XZ}: not the binary ../shared/bin/README.md names")
+        (bin_dir / "gpu-kubelet-plugin").write_bytes(binary)
+        (bin_dir / "gpu-kubelet-plugin").chmod(0o755)
+        result["versions"]["gpu-kubelet-plugin"] = sh(bin_dir / "gpu-kubelet-plugin", "--version").stdout.strip()
+        uuid = facts["gpus"][0]["uuid"]
+        spec_dir = held.work / "spec"
+        spec_dir.mkdir()
+        cdi_writer(bin_dir, facts)(spec_dir)
+        held.extra["nvidia.yaml"] = (spec_dir / "nvidia.yaml").read_text()
+        if f"hostPath: {DRIVER_ROOT}/lib64/libnvidia-ml.so" not in held.extra["nvidia.yaml"]:
+            raise RuntimeError(f"this host's NVML is not in {DRIVER_ROOT}/lib64: render the stack with its driver root")
+        pod, pod_files = pod_image(bin_dir, held.work / "images", spec_dir, None)
+        node_images = [(images.PAUSE, {"pause": bin_dir / "pause"}), (pod, pod_files),
+                       plugin_image(bin_dir, held.work / "images", spec_dir)]  # fmt: skip
+        controllers = (
+            "node-lifecycle-controller",
+            "resourceclaim-controller",
+            "root-ca-certificate-publisher-controller",
+        )
+        identities = {f"system:node:{NODE}": ["system:nodes"]}
+        with ControlPlane.start(bin_dir, controllers=controllers, identities=identities) as plane:
+            held.plane = plane
+            plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": TENANT}})
+
+            def copy(directory: Path) -> None:
+                shutil.copy(spec_dir / "nvidia.yaml", directory / "nvidia.yaml")
+
+            with Node.start(plane, bin_dir, NODE, [uuid], cdi=copy, own_images=node_images, host_cdi=True) as node:
+                held.node = node
+                try:
+                    result |= phases(Run(plane, node, uuid, pod.name), carry)
+                finally:
+                    collect_logs(out, node, plane, held.extra)
+    result["seconds"] = round(time.monotonic() - began, 2)
+    (out / "gpu-host-dra-plugin.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(
+        json.dumps({k: v for k, v in result.items() if k in ("error", "exposed", "hidden", "privileged")}, indent=1)[
+            -6000:
+        ]
+    )
+    return 1 if "error" in result else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return device_main(
+        argv,
+        f"gpu_dra_run\n\n{__doc__}",
+        carry=CARRY,
+        plugin_xz=SHARED_PLUGIN,
+        prepare=prepare,
+        run=lambda c, o, _: run(c, o),
+        rehearsal=False,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
