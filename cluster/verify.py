@@ -125,9 +125,10 @@ def _owner(pod: dict[str, Any]) -> str:
 
 
 def _none_of_theirs(node: str, what: str, theirs: list[dict[str, Any]]) -> Check:
-    """No pod of this GPU Operator operand on the node: the DaemonSets the ones found belong to are named."""
+    """No pod of this kind (a GPU Operator operand, NVIDIA's own DRA plugin) on the node: the DaemonSets the ones
+    found belong to are named."""
     owners = sorted({f"{p['metadata'].get('namespace')}/{_owner(p)}" for p in theirs})
-    return Check(node, f"GPU Operator {what} pods", "0", f"{len(theirs)} ({', '.join(owners)})" if theirs else "0")
+    return Check(node, what, "0", f"{len(theirs)} ({', '.join(owners)})" if theirs else "0")
 
 
 def _stock_dra_plugin(pod: dict[str, Any]) -> bool:
@@ -171,9 +172,10 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     yield Check(node.name, f"annotation {OPERANDS_OFF_ANNOTATION}", operands_off(node), record)
     # The operator's plugin, GFD and dcgm-exporter read every GPU: none may run on a stack node.
     theirs = _on(live.operator_pods, node.name)
-    yield _none_of_theirs(node.name, "device-plugin", [p for p in theirs if _label(p, "app") == OPERATOR_PLUGIN_APP])
+    plugin_pods = [p for p in theirs if _label(p, "app") == OPERATOR_PLUGIN_APP]
+    yield _none_of_theirs(node.name, "GPU Operator device-plugin pods", plugin_pods)
     for app in OPERATOR_OPERAND_APPS.values():
-        yield _none_of_theirs(node.name, app, [p for p in theirs if _label(p, "app") == app])
+        yield _none_of_theirs(node.name, f"GPU Operator {app} pods", [p for p in theirs if _label(p, "app") == app])
     mine = [p for p in _on(live.pinned, node.name) if _label(p, INSTANCE_LABEL) == node.name]
     plugins = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == PLUGIN_NAME]
     yield from _pinned(node, "plugin", plugins, runs=node.runs_plugin)
@@ -184,13 +186,7 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
     # NVIDIA's own DRA kubelet plugin (its chart's, privileged) publishes every GPU of the node, hidden ones included.
     if (everyone := live.leftovers.get("pods")) is not None:
         stock = [p for p in _on(everyone, node.name) if _label(p, PART_OF_LABEL) != PART_OF and _stock_dra_plugin(p)]
-        owners = sorted({f"{p['metadata'].get('namespace')}/{_owner(p)}" for p in stock})
-        yield Check(
-            node.name,
-            "NVIDIA's own DRA kubelet plugin pods",
-            "0",
-            f"{len(stock)} ({', '.join(owners)})" if stock else "0",
-        )
+        yield _none_of_theirs(node.name, "NVIDIA's own DRA kubelet plugin pods", stock)
     planned = pinned_operands(node)
     for operand in PINNED_OPERANDS.values():
         pods = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == operand]

@@ -335,6 +335,22 @@ class NotReachedError(RuntimeError):
     """A condition poll() waited for did not come in time."""
 
 
+def naming(plane: ControlPlane, texts: list[str]) -> dict[str, list[str]]:
+    """Every listable resource of the API server (each group's preferred version), by name, and which of `texts` its
+    objects name, read as JSON: how a test shows a value is nowhere in the API."""
+    groups = [
+        "/api/v1",
+        *(f"/apis/{g['preferredVersion']['groupVersion']}" for g in plane.request("GET", "/apis")["groups"]),
+    ]
+    found: dict[str, list[str]] = {}
+    for group in groups:
+        for resource in plane.request("GET", group)["resources"]:
+            if "/" not in resource["name"] and "list" in resource["verbs"]:
+                text = json.dumps(plane.request("GET", f"{group}/{resource['name']}"))
+                found[resource["name"]] = [t for t in texts if t in text]
+    return found
+
+
 def poll(check: Callable[[], Any], seconds: float, what: str, *, interval: float = 0.25) -> Any:
     """The check's first truthy result, asked every `interval` seconds; an API refusal, a failed assertion, a missing
     key or a connection error counts as not yet. NotReachedError names `what` and the last error or result."""

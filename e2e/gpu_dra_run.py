@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.names import DRA_PLUGIN_NAME, NVIDIA_DRA_DRIVER, PLUGIN_NAME_LABEL
+from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_PLUGIN_NAME, NVIDIA_DRA_DRIVER, PLUGIN_NAME_LABEL
 from e2e import images
 from e2e.build import GPU_CARRY, NODESET_FILE
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import ControlPlane, naming
 from e2e.gpu_node_run import (
     NODE,
     PLACEHOLDER,
@@ -150,25 +150,10 @@ def plugin_image(bin_dir: Path, work: Path, spec_dir: Path) -> tuple[Image, dict
 
 def plugin_log(node: Node) -> list[str]:
     """The plugin's own lines that show what it enumerated and published."""
-    pods = node.plane.request("GET", "/api/v1/namespaces/hidden-gpu-system/pods")["items"]
-    lines = [line for p in pods for line in node.logs("hidden-gpu-system", p["metadata"]["name"])]
+    pods = node.plane.request("GET", f"/api/v1/namespaces/{DEFAULT_PLUGIN_NAMESPACE}/pods")["items"]
+    lines = [line for p in pods for line in node.logs(DEFAULT_PLUGIN_NAMESPACE, p["metadata"]["name"])]
     keep = ("device", "Device", "GPU", "gpu", "slice", "Slice", "NVML", "nvml", "error", "Error")
     return [line[:300] for line in lines if any(k in line for k in keep)][:60]
-
-
-def everywhere(plane: ControlPlane, uuid: str) -> list[str]:
-    """Every listable resource of the API server whose objects name the UUID."""
-    groups = [
-        "/api/v1",
-        *(f"/apis/{g['preferredVersion']['groupVersion']}" for g in plane.request("GET", "/apis")["groups"]),
-    ]
-    named = []
-    for group in groups:
-        for resource in plane.request("GET", group)["resources"]:
-            listable = "/" not in resource["name"] and "list" in resource["verbs"]
-            if listable and uuid in json.dumps(plane.request("GET", f"{group}/{resource['name']}")):
-                named.append(resource["name"])
-    return named
 
 
 def phases(run: Run, carry: Path) -> dict[str, Any]:
@@ -202,11 +187,14 @@ def phases(run: Run, carry: Path) -> dict[str, Any]:
             plane.request("DELETE", plane.path(obj))
     for obj in objects(carry, "hidden", uuid):
         plane.apply(obj, manager="hidden-gpu")
-    pods = "/api/v1/namespaces/hidden-gpu-system/pods"
+    pods = f"/api/v1/namespaces/{DEFAULT_PLUGIN_NAMESPACE}/pods"
     run.eventually(lambda: not plane.request("GET", pods)["items"], "the plugin gone")
     started = time.monotonic()
     run.eventually(lambda: not dra_devices(plane, NODE, NVIDIA_DRA_DRIVER), "no device published", WAIT_S)
-    out["hidden"] = {"slice_emptied_s": round(time.monotonic() - started, 2), "uuid_in": everywhere(plane, uuid)}
+    out["hidden"] = {
+        "slice_emptied_s": round(time.monotonic() - started, 2),
+        "uuid_in": [r for r, found in naming(plane, [uuid]).items() if found],
+    }
 
     # The control: the chart's way, privileged and NVIDIA_VISIBLE_DEVICES=void.
     for obj in objects(carry, "exposed", uuid):

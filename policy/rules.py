@@ -46,13 +46,17 @@ def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:
     return props.get("spec", {}).get("template", {}).get("spec", {}) or {}
 
 
+def _pod_labels(props: Mapping[str, Any]) -> Mapping[str, Any]:
+    return ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+
+
 def _is_device_plugin(props: Mapping[str, Any]) -> bool:
     """A DaemonSet that is a device plugin by any sign: the label verify selects by, NVIDIA's image, or a
     mount of the kubelet's device-plugin or plugin-registration directory (how any plugin registers; the second is a
     DRA kubelet plugin's). One sign is enough: a
     renamed image or a missing label must not take the plugin out of the rules. hidden-gpu's pinned operands
     (GFD, dcgm-exporter) read GPUs as the plugin does and are held to the same rules."""
-    template_labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+    template_labels = _pod_labels(props)
     pod = _pod_spec(props)
     containers = [*pod.get("initContainers", []), *pod.get("containers", [])]
     mounts = {(v.get("hostPath") or {}).get("path", "").rstrip("/") for v in pod.get("volumes", []) or []}
@@ -67,13 +71,13 @@ def _is_device_plugin(props: Mapping[str, Any]) -> bool:
 
 def _dra_plugin(props: Mapping[str, Any]) -> bool:
     """hidden-gpu's pinned DRA kubelet plugin: its GPUs are the DRA allocator's, which the node's class selects."""
-    labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+    labels = _pod_labels(props)
     return labels.get(PLUGIN_NAME_LABEL) == DRA_PLUGIN_NAME
 
 
 def _operand(props: Mapping[str, Any]) -> bool:
     """One of hidden-gpu's pinned operands (GFD, dcgm-exporter), by its pods' name label."""
-    labels = ((props.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+    labels = _pod_labels(props)
     return labels.get(PLUGIN_NAME_LABEL) in PINNED_OPERANDS.values()
 
 

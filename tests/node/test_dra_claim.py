@@ -12,7 +12,6 @@ API server's address given; the node's CDI spec (a GPU is a marker); NVML in hos
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 
 from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_API_PATH, NVIDIA_DRA_DRIVER, dra_plugin_name
-from e2e.controlplane import ControlPlane
+from e2e.controlplane import ControlPlane, naming
 from e2e.node import (
     DRA_DRIVER,
     Node,
@@ -176,16 +175,7 @@ def test_the_pinned_plugin_publishes_the_exposed_gpu_alone(node_plane: ControlPl
 def test_no_hidden_uuid_is_anywhere_in_the_api(node_plane: ControlPlane, gpu_class: str) -> None:
     """Every object of every listable resource of the API server, read as JSON: no hidden GPU's UUID in any (the
     exposed one is in the slice, so the search can find what it looks for)."""
-    found: dict[str, list[str]] = {}
-    for group in (
-        "/api/v1",
-        *(f"/apis/{g['preferredVersion']['groupVersion']}" for g in node_plane.request("GET", "/apis")["groups"]),
-    ):
-        for resource in node_plane.request("GET", group)["resources"]:
-            if "/" in resource["name"] or "list" not in resource["verbs"]:
-                continue
-            text = json.dumps(node_plane.request("GET", f"{group}/{resource['name']}"))
-            found[resource["name"]] = [uuid for uuid in GPUS if uuid in text]
+    found = naming(node_plane, GPUS)
     assert EXPOSED in found["resourceslices"]
     assert {name: uuids for name, uuids in found.items() if set(uuids) & set(HIDDEN)} == {}
 
