@@ -47,6 +47,28 @@ ROUTES: dict[str, tuple[dict[str, Any], str | list[str]]] = {
         pod(container(resources={"limits": {"cpu": "2"}}), runtimeClassName=OURS),
         "gpu-runtime-needs-a-request",
     ),
+    # Resources that are not the device plugin's GPUs: no Allocate from it, the image's ENV=all stands. HAMi serves
+    # nvidia.com/gpumem; the others are what a match wider than nvidia.com/(gpu|gpu.*|mig-*) would take for GPUs.
+    "nvidia-memory-is-no-gpu": (
+        pod(container(gpus="1", resource="nvidia.com/gpumem"), runtimeClassName=OURS),
+        "gpu-runtime-needs-a-request",
+    ),
+    "gpu-prefix-is-no-gpu": (
+        pod(container(gpus="1", resource="nvidia.com/gpux"), runtimeClassName=OURS),
+        "gpu-runtime-needs-a-request",
+    ),
+    "mig-without-profile-is-no-gpu": (
+        pod(container(gpus="1", resource="nvidia.com/mig"), runtimeClassName=OURS),
+        "gpu-runtime-needs-a-request",
+    ),
+    "another-domain-is-no-gpu": (
+        pod(container(gpus="1", resource="other-nvidia.com/gpu"), runtimeClassName=OURS),
+        "gpu-runtime-needs-a-request",
+    ),
+    "a-domain-without-the-dot-is-no-gpu": (
+        pod(container(gpus="1", resource="nvidia-com/gpu"), runtimeClassName=OURS),
+        "gpu-runtime-needs-a-request",
+    ),
     # Containers that do not request, in a pod that runs the NVIDIA runtime.
     "sidecar-without-request": (
         pod(container(gpus="1"), container("sidecar"), runtimeClassName=OURS),
