@@ -127,9 +127,11 @@ def percentile(values: list[float], quantile: float) -> float:
     return ordered[min(len(ordered) - 1, int(quantile * len(ordered)))]
 
 
-def create_many(plane: ControlPlane, pod: dict[str, Any], count: int, workers: int) -> dict[str, float]:
+def create_many(
+    plane: ControlPlane, pod: dict[str, Any], count: int, workers: int, *, dry_run: bool = False
+) -> dict[str, float]:
     """`count` creates from `workers` threads: creates per second and client latency percentiles (ms)."""
-    path = plane.path(pod, collection=True)
+    path = plane.path(pod, collection=True) + ("?dryRun=All" if dry_run else "")
 
     def one(_: int) -> float:
         started = time.perf_counter()

@@ -1,0 +1,42 @@
+"""The admission comparison (e2e.admission_compare) run small, so it keeps measuring what it says: each
+configuration's namespace judged by exactly its policies, the same pod admitted by all six, every dry-run create
+counted by the plugins' own histograms. The summary's arithmetic: tests/test_admission_compare.py."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from e2e import admission_compare as compare
+from e2e.controlplane import ApiError, ControlPlane
+
+
+def denier(plane: ControlPlane, pod: dict[str, Any]) -> str:
+    """Who denies the pod: 'guard', 'floor', 'podSecurity' or '' (admitted)."""
+    try:
+        plane.create(pod, dry_run=True)
+    except ApiError as error:
+        if "hidden-gpu guard" in error.message:
+            return "guard"
+        if "violates PodSecurity" in error.message:
+            return "podSecurity"
+        raise
+    return ""
+
+
+def test_each_configuration_is_judged_by_its_policies_alone() -> None:
+    with compare.compare_plane() as (plane, runtime_class):
+        for config in compare.CONFIGS:
+            pod = compare.the_pod(runtime_class, 2, config)
+            assert denier(plane, pod) == "", config  # the same pod passes every configuration
+            routed = copy.deepcopy(pod)  # asks for every GPU through its env: only the guard objects
+            routed["spec"]["containers"][1]["env"][0]["value"] = "all"
+            assert denier(plane, routed) == ("guard" if "guard" in config else ""), config
+            rooted = copy.deepcopy(pod)  # runs as root with its privileges: restricted objects, baseline not
+            del rooted["spec"]["containers"][0]["securityContext"]
+            assert denier(plane, rooted) == ("podSecurity" if "restricted" in config else ""), config
+        phases = [compare.phase(plane, compare.the_pod(runtime_class, 4, c), 30, 2) for c in compare.CONFIGS]
+    for config, measured in zip(compare.CONFIGS, phases, strict=True):
+        # Both plugins judged every create (the controllers' own creates may add to the count, never take).
+        assert all(measured["plugins"][k]["count"] >= 30 for k in compare.PLUGINS), (config, measured)
+        assert measured["cpuMsPerCreate"] > 0 and measured["client"]["createsPerSecond"] > 0, (config, measured)
