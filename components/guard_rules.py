@@ -15,6 +15,7 @@ unchanged, and they type-check without warnings in the API server.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,8 @@ ENV_KEYS_RESOURCES = ["configmaps", "secrets"]
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 # Both pod policies judge CREATE and UPDATE apart.
 CREATING = ("creating", "request.operation == 'CREATE'")
+# The variable that passes a request every per-container rule would pass, in one scan (fast_path).
+FAST_PATH = "podOk"
 # A pod UPDATE that removes its last scheduling gate hands it to the scheduler: judged whole, as a CREATE is. A pod
 # made while the guard only warned (or before it existed) with a route the enforcing guard denies would otherwise
 # run once its gates go (issue 40, 1). Its containers cannot have changed meanwhile (ValidatePodUpdate).
@@ -219,6 +222,7 @@ def variables(args: GuardSettings) -> list[tuple[str, str]]:
             "has(object.spec.volumes) ? object.spec.volumes.filter(v, has(v.hostPath)"
             f" && v.hostPath.path in {allowed_paths}).map(v, v.name) : []",
         ),
+        fast_path(args),
     ]
 
 
@@ -244,6 +248,44 @@ def _requests_unlisted_dra_resource(c: str, allowed_classes: list[str]) -> str:
     return f"has({c}.resources) && ({either})"
 
 
+def _gpu_request_or_void(c: str) -> str:
+    """A container under an NVIDIA runtime passes: it requests a GPU, or says void."""
+    return f"({_requests_nvidia(c)}) || (has({c}.env) && {c}.env.exists(e, {_sets_no_gpu('e')}))"
+
+
+def _visible_not_void(e: str) -> str:
+    return f"{e}.name == {cel(VISIBLE_DEVICES_ENV)} && !({_sets_no_gpu(e)})"
+
+
+def _feature_env(e: str) -> str:
+    return f"{e}.name in {cel(list(TOOLKIT_FEATURE_ENV))}"
+
+
+def _device_prefix(f: str) -> str:
+    return f"has({f}.prefix) && {f}.prefix != '' && {cel(list(DEVICE_ENV))}.exists(n, n.startsWith({f}.prefix))"
+
+
+def _privileged(c: str) -> str:
+    return f"has({c}.securityContext) && has({c}.securityContext.privileged) && {c}.securityContext.privileged"
+
+
+def _host_mount_ok(m: str) -> str:
+    # A volume that is not allowed at all is host-path-volumes' to report, on CREATE; a debug container added
+    # later may not mount it either.
+    return (
+        f"!({m}.name in variables.hostPathVolumes) || ({m}.name in variables.allowedHostPathVolumes"
+        f" ? has({m}.readOnly) && {m}.readOnly : variables.creating)"
+    )
+
+
+def _normal_mount(m: str) -> str:
+    return f"{m}.mountPath.startsWith('/') && !{m}.mountPath.matches({cel(PARENT_SEGMENT_PATTERN)})"
+
+
+def _no_request_mount(m: str) -> str:
+    return " && ".join(f"!{m}.mountPath.matches({cel(p)})" for p in DEVICE_REQUEST_PATTERNS)
+
+
 def _names_visible_devices(c: str) -> str:
     return f"has({c}.env) && {c}.env.exists(e, e.name == {cel(VISIBLE_DEVICES_ENV)})"
 
@@ -252,11 +294,43 @@ def _capability_pattern(allowed: list[str]) -> str:
     return "(?i)^(CAP_)?(" + "|".join(sorted(allowed)) + ")$" if allowed else "^$"
 
 
-def _adds_only(containers: str, allowed: list[str]) -> str:
+def _adds_only(c: str, allowed: list[str]) -> str:
     return (
-        f"{containers}.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities)"
-        " || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(a,"
-        f" a.matches({cel(_capability_pattern(allowed))})))"
+        f"!has({c}.securityContext) || !has({c}.securityContext.capabilities)"
+        f" || !has({c}.securityContext.capabilities.add) || {c}.securityContext.capabilities.add.all(a,"
+        f" a.matches({cel(_capability_pattern(allowed))}))"
+    )
+
+
+def container_checks(c: str, args: GuardSettings, capabilities: list[str]) -> list[str]:
+    """Every per-container rule at once, each list of the container read once: the fast path's one scan. Each part
+    is its rule's own predicate (an env entry that is neither route cannot start NVIDIA_, so most stop there)."""
+    env_prefix = os.path.commonprefix(list(DEVICE_ENV))  # noqa: RUF071 (the names' shared start, NVIDIA_)
+    allowed_classes = [*args.allowed_device_classes, *args.gpu_device_classes]
+    return [
+        f"!has({c}.env) || {c}.env.all(e, !e.name.startsWith({cel(env_prefix)})"
+        f" || !({_visible_not_void('e')} || {_feature_env('e')}))",
+        f"!variables.nvidiaRuntime || {_gpu_request_or_void(c)}",
+        f"!has({c}.envFrom) || !{c}.envFrom.exists(f, {_device_prefix('f')})",
+        f"!has({c}.volumeMounts) || {c}.volumeMounts.all(m, ({_host_mount_ok('m')})"
+        f" && (!variables.linux || ({_normal_mount('m')} && {_no_request_mount('m')})))",
+        f"!({_privileged(c)})",
+        _adds_only(c, capabilities),
+        f"!({_requests_unlisted_dra_resource(c, allowed_classes)})",
+    ]
+
+
+def fast_path(args: GuardSettings) -> tuple[str, str]:
+    """The `podOk` variable: every container the request adds passes every per-container rule, in one scan. Each
+    such rule is `variables.podOk || <the rule>`: an ordinary pod pays for one scan, not one per rule; a pod that
+    fails it is judged by each rule as before, so every verdict and message is the rule's own (issue 43)."""
+    debug = sorted({*args.allowed_capabilities, *DEBUG_CAPABILITIES})
+    return (
+        FAST_PATH,
+        " && ".join(
+            f"variables.{kind}.all(c, {' && '.join(f'({check})' for check in container_checks('c', args, caps))})"
+            for kind, caps in (("regularContainers", args.allowed_capabilities), ("debugContainers", debug))
+        ),
     )
 
 
@@ -265,9 +339,11 @@ def _spec_flag(field: str) -> str:
 
 
 def rules(args: GuardSettings) -> list[Rule]:
-    mounts = "variables.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {}))"
-    request_mounts = " && ".join(f"!m.mountPath.matches({cel(p)})" for p in DEVICE_REQUEST_PATTERNS)
+    mounts = (
+        f"variables.{FAST_PATH} || variables.containers.all(c, !has(c.volumeMounts) || c.volumeMounts.all(m, {{}}))"
+    )
     debug_capabilities = sorted({*args.allowed_capabilities, *DEBUG_CAPABILITIES})
+    fast = f"variables.{FAST_PATH} || "
     return [
         Rule(
             "node-name",
@@ -284,8 +360,7 @@ def rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "gpu-runtime-needs-a-request",
-            "!variables.nvidiaRuntime || variables.containers.all(c, "
-            f"({_requests_nvidia('c')}) || (has(c.env) && c.env.exists(e, {_sets_no_gpu('e')})))",
+            f"{fast}!variables.nvidiaRuntime || variables.containers.all(c, {_gpu_request_or_void('c')})",
             "under an NVIDIA runtime class (any RuntimeClass the stack does not list as plain) every container, init "
             f"and debug containers too, must {REQUEST} with a positive quantity, or set env "
             "NVIDIA_VISIBLE_DEVICES=void: otherwise the image's own NVIDIA_VISIBLE_DEVICES (=all in CUDA images) "
@@ -293,23 +368,20 @@ def rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "visible-devices-env",
-            f"!variables.containers.exists(c, has(c.env) && c.env.exists(e, e.name == {cel(VISIBLE_DEVICES_ENV)}"
-            f" && !({_sets_no_gpu('e')})))",
+            f"{fast}!variables.containers.exists(c, has(c.env) && c.env.exists(e, {_visible_not_void('e')}))",
             "containers may set NVIDIA_VISIBLE_DEVICES only to void or none (no GPU), as a literal value: "
             f"to get a GPU, {REQUEST} and the device plugin chooses it",
         ),
         Rule(
             "toolkit-feature-env",
-            "!variables.containers.exists(c, has(c.env)"
-            f" && c.env.exists(e, e.name in {cel(list(TOOLKIT_FEATURE_ENV))}))",
+            f"{fast}!variables.containers.exists(c, has(c.env) && c.env.exists(e, {_feature_env('e')}))",
             f"containers may not set {', '.join(TOOLKIT_FEATURE_ENV)}: they make the NVIDIA toolkit add the node's "
             "NVSwitch, InfiniBand, GPUDirect Storage, GDRCopy or IMEX devices, shared with every other workload: drop "
             "them, or ask the platform team to exempt a namespace trusted with them",
         ),
         Rule(
             "visible-devices-env-from",
-            "!variables.containers.exists(c, has(c.envFrom) && c.envFrom.exists(f, has(f.prefix)"
-            f" && f.prefix != '' && {cel(list(DEVICE_ENV))}.exists(n, n.startsWith(f.prefix))))",
+            f"{fast}!variables.containers.exists(c, has(c.envFrom) && c.envFrom.exists(f, {_device_prefix('f')}))",
             "an envFrom prefix may not begin NVIDIA_VISIBLE_DEVICES or a toolkit feature variable (the kubelet "
             "prepends it to each key, and the result picks devices past the device plugin): choose another prefix",
         ),
@@ -322,38 +394,30 @@ def rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "host-path-mounts-read-only",
-            # A volume that is not allowed at all is host-path-volumes' to report, on CREATE; a debug
-            # container added later may not mount it either.
-            mounts.format(
-                "!(m.name in variables.hostPathVolumes) || (m.name in variables.allowedHostPathVolumes"
-                " ? has(m.readOnly) && m.readOnly : variables.creating)"
-            ),
+            mounts.format(_host_mount_ok("m")),
             "a hostPath volume may only be mounted with readOnly: true, and only one this namespace allows",
         ),
         Rule(
             "mount-paths-normal",
-            "!variables.linux || "
-            + mounts.format(f"m.mountPath.startsWith('/') && !m.mountPath.matches({cel(PARENT_SEGMENT_PATTERN)})"),
+            "!variables.linux || " + mounts.format(_normal_mount("m")),
             "mountPath must be absolute, without a .. segment (write it in normal form): the NVIDIA toolkit resolves "
             "paths before it reads device requests from them",
         ),
         Rule(
             "device-request-mounts",
-            "!variables.linux || " + mounts.format(request_mounts),
+            "!variables.linux || " + mounts.format(_no_request_mount("m")),
             f"nothing may be mounted at or under {DEVICE_REQUEST_DIR} (or a path that merely starts with it, "
             f"however spelt): the NVIDIA toolkit reads device requests there; {REQUEST}",
         ),
         Rule(
             "privileged",
-            "!variables.containers.exists(c, has(c.securityContext) && has(c.securityContext.privileged)"
-            " && c.securityContext.privileged)",
+            f"{fast}!variables.containers.exists(c, {_privileged('c')})",
             f"privileged containers see every GPU of the node: drop privileged and {REQUEST}",
         ),
         Rule(
             "capabilities",
-            _adds_only("variables.regularContainers", args.allowed_capabilities)
-            + " && "
-            + _adds_only("variables.debugContainers", debug_capabilities),
+            f"{fast}variables.regularContainers.all(c, {_adds_only('c', args.allowed_capabilities)})"
+            f" && variables.debugContainers.all(c, {_adds_only('c', debug_capabilities)})",
             "a container may add only the capabilities this namespace allows ("
             + (", ".join(sorted(args.allowed_capabilities)) or "none")
             + "; a kubectl debug container also "
@@ -373,7 +437,7 @@ def rules(args: GuardSettings) -> list[Rule]:
             "dra-extended-resources",
             # The stack's own classes too: they select only exposed UUIDs, and the scheduler's claim for such a
             # request is of that class, judged by the claims policy and counted by the class quota.
-            "!variables.containers.exists(c, "
+            f"{fast}!variables.containers.exists(c, "
             f"{_requests_unlisted_dra_resource('c', [*args.allowed_device_classes, *args.gpu_device_classes])})",
             f"{DRA_EXTENDED_RESOURCE_PREFIX}<class> resources are allocated through Dynamic Resource Allocation from "
             "any device the class selects, hidden GPUs included, with no claim and no quota; only the stack's own "
