@@ -3,12 +3,14 @@ test.
 
     python -m e2e.admission_compare [--creates 240] [--rounds 3] [--workers 2] [--minor 1.36] [--json-out FILE]
 
-One real kube-apiserver (python -m e2e.build first), six configurations side by side, each a namespace of its own so
-that switching costs nothing: `none`; Pod Security `baseline` and `restricted` (the namespace's enforce label); the
-`floor`, a ValidatingAdmissionPolicy with one `true` validation and no match condition (the least any policy
-costs); the `guard` (prod's rendered policies, their bindings narrowed to the namespaces labelled for it); and
-`guard+restricted`. The same pod, admitted by every configuration, at 1, 4, 16, 64 and 256 containers: the
-first asks for a GPU under the node's RuntimeClass, the others say void, every one as `restricted` asks.
+One real kube-apiserver (python -m e2e.build first), seven configurations side by side, each a namespace of its own
+so that switching costs nothing: `none`; Pod Security `baseline` and `restricted` (the namespace's enforce label);
+the `floor`, a ValidatingAdmissionPolicy with one `true` validation and no match condition (the least any policy
+costs); the `guard` (prod's rendered policies, their bindings narrowed to the namespaces labelled for it);
+`guard+restricted`; and `per-rule`, the guard's pod policy without its fast path (one scan per rule, as before
+issue 43), so what that rewrite buys is measured in the same run. The same pod, admitted by every configuration,
+at 1, 4, 16, 64 and 256 containers: the first asks for a GPU under the node's RuntimeClass, the others say void,
+every one as `restricted` asks.
 
 Creates are dry runs (`?dryRun=All`): admission runs whole and etcd is not written, so admission is what is
 measured. Rounds visit the configurations in turn, in the opposite order every other round, so drift on a
@@ -38,6 +40,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.names import POLICY_NAME
+from components.guard_rules import FAST_PATH
 from e2e.admission_bench import bench_plane, create_many, rendered_guard
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
@@ -52,6 +56,7 @@ CONFIGS: dict[str, dict[str, str]] = {
     "floor": {ON_LABEL.format("floor"): "on"},
     "guard": {ON_LABEL.format("guard"): "on"},
     "guard+restricted": {ON_LABEL.format("guard"): "on", PSA_LABEL: "restricted"},
+    "per-rule": {ON_LABEL.format("per-rule"): "on"},
 }
 PLUGINS = {"vap": "ValidatingAdmissionPolicy", "podSecurity": "PodSecurity"}
 ADMISSION = "apiserver_admission_controller_admission_duration_seconds"
@@ -124,14 +129,32 @@ def floor_policy() -> list[dict[str, Any]]:
     ]
 
 
-def narrowed(guard: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The guard as rendered, its bindings also requiring the guard configuration's namespace label."""
+def narrowed(guard: list[dict[str, Any]], config: str = "guard") -> list[dict[str, Any]]:
+    """The guard as rendered, its bindings also requiring the configuration's namespace label."""
     out = copy.deepcopy(guard)
     for obj in out:
         if obj["kind"] == "ValidatingAdmissionPolicyBinding":
             selector = obj["spec"].setdefault("matchResources", {}).setdefault("namespaceSelector", {})
-            ((key, value),) = CONFIGS["guard"].items()
+            ((key, value),) = CONFIGS[config].items()
             selector.setdefault("matchExpressions", []).append({"key": key, "operator": "In", "values": [value]})
+    return out
+
+
+def per_rule(guard: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pod policy without its fast path (each rule scans the containers itself, as before issue 43), under
+    names of its own and bound to the `per-rule` namespace: the rewrite's A/B within one run."""
+    prefix = f"variables.{FAST_PATH} || "
+    out = []
+    for obj in narrowed([o for o in guard if o["metadata"]["name"] == POLICY_NAME], "per-rule"):
+        obj["metadata"]["name"] = f"{POLICY_NAME}-per-rule"
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            spec = obj["spec"]
+            spec["variables"] = [v for v in spec["variables"] if v["name"] != FAST_PATH]
+            for rule in spec["validations"]:
+                rule["expression"] = rule["expression"].replace(prefix, "")
+        else:
+            obj["spec"]["policyName"] = obj["metadata"]["name"]
+        out.append(obj)
     return out
 
 
@@ -182,24 +205,29 @@ def phase(plane: ControlPlane, pod: dict[str, Any], count: int, workers: int) ->
 
 def prepare(plane: ControlPlane) -> str:
     guard, classes, runtime_class = rendered_guard()
-    for obj in [*classes, *narrowed(guard), *floor_policy()]:
+    for obj in [*classes, *narrowed(guard), *per_rule(guard), *floor_policy()]:
         plane.apply(obj)
     for config, labels in CONFIGS.items():
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace(config), "labels": labels}})
         account = {"apiVersion": "v1", "kind": "ServiceAccount"}
         plane.apply({**account, "metadata": {"name": "default", "namespace": namespace(config)}})
-    probe = the_pod(runtime_class, 1, "guard")
-    probe["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
-    deadline = time.monotonic() + 30
-    while True:  # the plugin sees bindings through an informer: wait until the guard denies in its namespace
-        try:
-            plane.create(probe, dry_run=True)
-        except ApiError as error:
-            if "hidden-gpu guard" in error.message:
-                return runtime_class
-        if time.monotonic() > deadline:
-            raise RuntimeError("the guard's bindings did not take in 30 s")
-        time.sleep(0.2)
+    for config in ("guard", "per-rule"):
+        probe = the_pod(runtime_class, 1, config)
+        probe["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+        deadline = time.monotonic() + 30
+        while not denied(plane, probe):  # the plugin sees bindings through an informer: wait until they take
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the {config} configuration's bindings did not take in 30 s")
+            time.sleep(0.2)
+    return runtime_class
+
+
+def denied(plane: ControlPlane, probe: dict[str, Any]) -> bool:
+    try:
+        plane.create(probe, dry_run=True)
+    except ApiError as error:
+        return "hidden-gpu guard" in error.message
+    return False
 
 
 @contextmanager
@@ -258,6 +286,7 @@ def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
             "guardOverFloor": round(guard / row["floor"]["costMs"], 2),
             "guardOverRestricted": round(guard / row["restricted"]["costMs"], 1),
             "guardThroughputOverNone": round(row["guard"]["createsPerSecond"] / row["none"]["createsPerSecond"], 3),
+            "fastPathSaving": round(1 - guard / row["per-rule"]["costMs"], 3),
         }
         table[str(containers)] = row
     sizes = [int(c) for c in table]
@@ -272,6 +301,25 @@ def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
             }
     return {"bySize": table, "growthUsPerContainer": growth, "goals": goals,
             "goalUsPerContainer": GOAL_PER_CONTAINER_US}  # fmt: skip
+
+
+def table(summary: dict[str, Any]) -> str:
+    """docs/performance.md's table, from a record's medians."""
+    lines = [
+        "| containers | restricted ms | floor ms | guard ms without its fast path | guard ms | guard / floor "
+        "| guard / restricted "
+        "| guard + restricted ms | API-server CPU ms per create, none / guard |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for n, row in summary["bySize"].items():
+        earlier = row["per-rule"]["costMs"]
+        lines.append(
+            f"| {n} | {row['restricted']['costMs']:.3f} | {row['floor']['costMs']:.3f} | {earlier:.2f} "
+            f"| {row['guard']['costMs']:.2f} | {row['ratios']['guardOverFloor']:.1f}x "
+            f"| {row['ratios']['guardOverRestricted']:.0f}x | {row['guard+restricted']['costMs']:.2f} "
+            f"| {row['none']['cpuMsPerCreate']:.1f} / {row['guard']['cpuMsPerCreate']:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

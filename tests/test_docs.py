@@ -129,3 +129,12 @@ def test_the_operator_figures_are_the_records() -> None:
     ]
     for figure in figures:
         assert figure in section, figure
+
+
+def test_the_admission_comparison_table_is_the_record() -> None:
+    """docs/performance.md's comparison with Pod Security and the floor is the table e2e.admission_compare makes
+    from docs/measurements/admission-compare-2core.json."""
+    from e2e.admission_compare import table  # noqa: PLC0415 (the benchmark's module, only for this test)
+
+    record = json.loads((ROOT / "docs/measurements/admission-compare-2core.json").read_text())
+    assert table(record["summary"]) in (ROOT / "docs/performance.md").read_text()
