@@ -9,12 +9,11 @@ from cluster.live import Check, Live
 from common.names import VOID_POLICY_NAME
 from components.guard_rules import (
     VALIDATION_ACTIONS,
-    GuardSettings,
-    PolicySpec,
     namespace_selector,
     void_mutation,
     void_variables,
 )
+from components.guard_settings import GuardSettings, PolicySpec
 from components.node_switches import MATCH as NODE_SWITCHES_MATCH
 from components.node_switches import POLICY_NAME as NODE_SWITCHES
 from components.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS

@@ -56,10 +56,8 @@ from common.names import (
     Allocator,
     GuardScope,
 )
-from components.guard_rules import (
-    GuardSettings,
-    policy_specs,
-)
+from components.guard_rules import policy_specs
+from components.guard_settings import GuardSettings
 from components.node_labels import (
     gpu_device_classes,
     node_labels,

@@ -19,8 +19,6 @@ from common.names import (
 from components.guard_rules import (
     POD_RESOURCES,
     VALIDATION_ACTIONS,
-    GuardSettings,
-    PolicySpec,
     denial,
     namespace_selector,
     nvidia_runtime,
@@ -29,6 +27,7 @@ from components.guard_rules import (
     void_mutation,
     void_variables,
 )
+from components.guard_settings import GuardSettings, PolicySpec
 from components.node_labels import gpu_device_classes
 from components.node_switches import POLICY_NAME as NODE_SWITCHES
 from components.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS

@@ -14,9 +14,6 @@ unchanged, and they type-check without warnings in the API server.
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass, field
 from typing import Any
 
 from common.names import (
@@ -27,42 +24,37 @@ from common.names import (
     DEVICE_ENV,
     DEVICE_REQUEST_DIR,
     DRA_EXTENDED_RESOURCE_PREFIX,
-    DRA_GROUP,
-    DRA_VERSION,
     ENV_KEYS_POLICY_NAME,
     HOST_NAMESPACE_FIELDS,
     NAMESPACE_NAME_LABEL,
     NO_GPU_VALUES,
-    NVIDIA_RESOURCE_PATTERN,
-    PARENT_SEGMENT_PATTERN,
     POLICY_NAME,
     PROJECT,
     TOOLKIT_FEATURE_ENV,
     VISIBLE_DEVICES_ENV,
     GuardMode,
-    GuardScope,
 )
+from components.claim_rules import CLAIMS_RULE, claim_rules, claim_variables
 from components.guard_scope import entering_scope, scope_conditions
-from components.node_labels import gpu_device_classes
-from stack_config.models import GuardConfig, StackConfig
+from components.guard_settings import REQUEST, GuardSettings, PolicySpec, Rule, cel
+from components.pod_checks import (
+    FAST_PATH,
+    adds_only,
+    device_prefix,
+    fast_path,
+    feature_env,
+    gpu_request_or_void,
+    host_mount_ok,
+    names_visible_devices,
+    no_request_mount,
+    normal_mount,
+    privileged,
+    requests_nvidia,
+    requests_unlisted_dra_resource,
+    visible_not_void,
+)
 
 VALIDATION_ACTIONS = {GuardMode.ENFORCE: ["Deny"], GuardMode.WARN: ["Warn", "Audit"], GuardMode.AUDIT: ["Audit"]}
-# Separators filepath.Clean folds into one "/": repeated slashes and "." segments.
-_SEPARATOR = r"/(\.?/)*"
-
-
-def _request_dir_pattern(directory: str) -> str:
-    """A raw mount path whose cleaned form starts with the directory, as the toolkit matches it: a bare
-    string prefix of the cleaned destination (cuda_image.go, requestsFromMounts), no separator needed after."""
-    return "^" + "".join(_SEPARATOR + segment.replace(".", r"\.") for segment in directory.strip("/").split("/"))
-
-
-# /run is where /var/run points in most images.
-DEVICE_REQUEST_PATTERNS = [
-    _request_dir_pattern(d) for d in (DEVICE_REQUEST_DIR, DEVICE_REQUEST_DIR.removeprefix("/var"))
-]
-# A positive quantity: a non-zero digit in the number before any exponent or suffix ("0", "0e3" are not).
-POSITIVE_QUANTITY = r"^[+]?[0-9.]*[1-9]"
 # Pods, and `kubectl debug`'s way of adding a container to a running one.
 POD_RESOURCES = ["pods", "pods/ephemeralcontainers"]
 # What envFrom turns into environment variables.
@@ -71,8 +63,6 @@ ENV_KEYS_RESOURCES = ["configmaps", "secrets"]
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 # Both pod policies judge CREATE and UPDATE apart.
 CREATING = ("creating", "request.operation == 'CREATE'")
-# The variable that passes a request every per-container rule would pass, in one scan (fast_path).
-FAST_PATH = "podOk"
 # A pod UPDATE that removes its last scheduling gate hands it to the scheduler: judged whole, as a CREATE is. A pod
 # made while the guard only warned (or before it existed) with a route the enforcing guard denies would otherwise
 # run once its gates go (issue 40, 1). Its containers cannot have changed meanwhile (ValidatePodUpdate).
@@ -84,83 +74,6 @@ UNGATING = (
 JUDGED_WHOLE = f"{CREATING[1]} || ({UNGATING})"
 # What the optional mutating policy sets: the toolkit gives a container with it no GPU.
 VOID = NO_GPU_VALUES[0]
-REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"
-
-
-def cel(value: object) -> str:
-    """A CEL literal: JSON strings and lists of strings are CEL literals too."""
-    return json.dumps(value)
-
-
-@dataclass(frozen=True)
-class Rule:
-    name: str
-    expression: str
-    message: str
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """One ValidatingAdmissionPolicy: its name, what it matches, its variables and rules."""
-
-    name: str
-    match: dict[str, list[str]]
-    """The one resource rule of its match constraints, in wire names (cluster.verify compares them)."""
-    variables: list[tuple[str, str]]
-    rules: list[Rule]
-    conditions: list[tuple[str, str]] = field(default_factory=list)
-    """Its match conditions (guard_scope: the pods a scope judges), by name; the exemptions are its namespace
-    selector."""
-
-
-@dataclass(frozen=True)
-class GuardSettings:
-    """What the rules are written from: a stack's `guard` settings and the namespaces it exempts."""
-
-    mode: GuardMode
-    """enforce (deny), warn (admit, warn, audit) or audit (annotate only)."""
-    exempt_namespaces: list[str]
-    """Namespaces the guard does not check: trusted system namespaces and the plugin's."""
-    exempt_namespace_labels: dict[str, str]
-    """Label pairs that exempt a namespace carrying any of them."""
-    allowed_host_paths: list[str]
-    """Host paths tenant pods may mount, exactly, read-only."""
-    allowed_capabilities: list[str]
-    """Capabilities tenant containers may add."""
-    plain_runtime_classes: list[str]
-    """RuntimeClasses whose handler does not run the NVIDIA toolkit; a pod naming any other is judged as under it."""
-    nvidia_is_default_runtime: bool
-    """Every container runs the toolkit, whatever its RuntimeClass."""
-    allowed_device_classes: list[str]
-    """DeviceClasses tenants may claim from, and whose DRA extended resource their containers may request."""
-    gpu_device_classes: list[str]
-    """The stack's own DeviceClasses (hidden-gpu:dra), each selecting only exposed GPUs: tenants may claim from them,
-    one device count at a time."""
-    add_void: bool
-    """Also declare the MutatingAdmissionPolicy that adds NVIDIA_VISIBLE_DEVICES=void to new containers that would
-    otherwise be denied for lack of a GPU request."""
-    scope: GuardScope = GuardScope.CLUSTER
-    """Which pods the pod rules judge (guard_scope)."""
-
-    @classmethod
-    def of(cls, stack: StackConfig) -> GuardSettings:
-        return cls.of_guard(stack.guard, stack.device_plugin.namespace, sorted(gpu_device_classes(stack)))
-
-    @classmethod
-    def of_guard(cls, guard: GuardConfig, plugin_namespace: str, gpu_classes: list[str]) -> GuardSettings:
-        return cls(
-            mode=guard.mode,
-            exempt_namespaces=guard.exempt_with(plugin_namespace),
-            exempt_namespace_labels=dict(guard.exempt_namespace_labels),
-            allowed_host_paths=list(guard.allowed_host_paths),
-            allowed_capabilities=list(guard.allowed_capabilities),
-            plain_runtime_classes=list(guard.plain_runtime_classes),
-            nvidia_is_default_runtime=guard.nvidia_is_default_runtime,
-            allowed_device_classes=list(guard.allowed_device_classes),
-            gpu_device_classes=list(gpu_classes),
-            add_void=guard.add_void,
-            scope=guard.scope,
-        )
 
 
 def _listed(obj: str, kinds: tuple[str, ...]) -> str:
@@ -226,114 +139,6 @@ def variables(args: GuardSettings) -> list[tuple[str, str]]:
     ]
 
 
-def _sets_no_gpu(env: str) -> str:
-    return f"{env}.name == {cel(VISIBLE_DEVICES_ENV)} && has({env}.value) && {env}.value in {cel(list(NO_GPU_VALUES))}"
-
-
-def _requests_nvidia(c: str) -> str:
-    return (
-        f"has({c}.resources) && has({c}.resources.limits) && {c}.resources.limits.exists(k,"
-        f" k.matches({cel(NVIDIA_RESOURCE_PATTERN)}) && {c}.resources.limits[k].matches({cel(POSITIVE_QUANTITY)}))"
-    )
-
-
-def _requests_unlisted_dra_resource(c: str, allowed_classes: list[str]) -> str:
-    """A container asks, in its requests or its limits, for a DRA extended resource of a class the stack does not
-    allow. Both maps: the scheduler reads requests (an extended resource given only there is still allocated)."""
-    allowed = cel(sorted(DRA_EXTENDED_RESOURCE_PREFIX + name for name in allowed_classes))
-    unlisted = f"k.startsWith({cel(DRA_EXTENDED_RESOURCE_PREFIX)}) && !(k in {allowed})"
-    either = " || ".join(
-        f"(has({c}.resources.{part}) && {c}.resources.{part}.exists(k, {unlisted}))" for part in ("limits", "requests")
-    )
-    return f"has({c}.resources) && ({either})"
-
-
-def _gpu_request_or_void(c: str) -> str:
-    """A container under an NVIDIA runtime passes: it requests a GPU, or says void."""
-    return f"({_requests_nvidia(c)}) || (has({c}.env) && {c}.env.exists(e, {_sets_no_gpu('e')}))"
-
-
-def _visible_not_void(e: str) -> str:
-    return f"{e}.name == {cel(VISIBLE_DEVICES_ENV)} && !({_sets_no_gpu(e)})"
-
-
-def _feature_env(e: str) -> str:
-    return f"{e}.name in {cel(list(TOOLKIT_FEATURE_ENV))}"
-
-
-def _device_prefix(f: str) -> str:
-    return f"has({f}.prefix) && {f}.prefix != '' && {cel(list(DEVICE_ENV))}.exists(n, n.startsWith({f}.prefix))"
-
-
-def _privileged(c: str) -> str:
-    return f"has({c}.securityContext) && has({c}.securityContext.privileged) && {c}.securityContext.privileged"
-
-
-def _host_mount_ok(m: str) -> str:
-    # A volume that is not allowed at all is host-path-volumes' to report, on CREATE; a debug container added
-    # later may not mount it either.
-    return (
-        f"!({m}.name in variables.hostPathVolumes) || ({m}.name in variables.allowedHostPathVolumes"
-        f" ? has({m}.readOnly) && {m}.readOnly : variables.creating)"
-    )
-
-
-def _normal_mount(m: str) -> str:
-    return f"{m}.mountPath.startsWith('/') && !{m}.mountPath.matches({cel(PARENT_SEGMENT_PATTERN)})"
-
-
-def _no_request_mount(m: str) -> str:
-    return " && ".join(f"!{m}.mountPath.matches({cel(p)})" for p in DEVICE_REQUEST_PATTERNS)
-
-
-def _names_visible_devices(c: str) -> str:
-    return f"has({c}.env) && {c}.env.exists(e, e.name == {cel(VISIBLE_DEVICES_ENV)})"
-
-
-def _capability_pattern(allowed: list[str]) -> str:
-    return "(?i)^(CAP_)?(" + "|".join(sorted(allowed)) + ")$" if allowed else "^$"
-
-
-def _adds_only(c: str, allowed: list[str]) -> str:
-    return (
-        f"!has({c}.securityContext) || !has({c}.securityContext.capabilities)"
-        f" || !has({c}.securityContext.capabilities.add) || {c}.securityContext.capabilities.add.all(a,"
-        f" a.matches({cel(_capability_pattern(allowed))}))"
-    )
-
-
-def container_checks(c: str, args: GuardSettings, capabilities: list[str]) -> list[str]:
-    """Every per-container rule at once, each list of the container read once: the fast path's one scan. Each part
-    is its rule's own predicate (an env entry that is neither route cannot start NVIDIA_, so most stop there)."""
-    env_prefix = os.path.commonprefix(list(DEVICE_ENV))  # noqa: RUF071 (the names' shared start, NVIDIA_)
-    allowed_classes = [*args.allowed_device_classes, *args.gpu_device_classes]
-    return [
-        f"!has({c}.env) || {c}.env.all(e, !e.name.startsWith({cel(env_prefix)})"
-        f" || !({_visible_not_void('e')} || {_feature_env('e')}))",
-        f"!variables.nvidiaRuntime || {_gpu_request_or_void(c)}",
-        f"!has({c}.envFrom) || !{c}.envFrom.exists(f, {_device_prefix('f')})",
-        f"!has({c}.volumeMounts) || {c}.volumeMounts.all(m, ({_host_mount_ok('m')})"
-        f" && (!variables.linux || ({_normal_mount('m')} && {_no_request_mount('m')})))",
-        f"!({_privileged(c)})",
-        _adds_only(c, capabilities),
-        f"!({_requests_unlisted_dra_resource(c, allowed_classes)})",
-    ]
-
-
-def fast_path(args: GuardSettings) -> tuple[str, str]:
-    """The `podOk` variable: every container the request adds passes every per-container rule, in one scan. Each
-    such rule is `variables.podOk || <the rule>`: an ordinary pod pays for one scan, not one per rule; a pod that
-    fails it is judged by each rule as before, so every verdict and message is the rule's own (issue 43)."""
-    debug = sorted({*args.allowed_capabilities, *DEBUG_CAPABILITIES})
-    return (
-        FAST_PATH,
-        " && ".join(
-            f"variables.{kind}.all(c, {' && '.join(f'({check})' for check in container_checks('c', args, caps))})"
-            for kind, caps in (("regularContainers", args.allowed_capabilities), ("debugContainers", debug))
-        ),
-    )
-
-
 def _spec_flag(field: str) -> str:
     return f"(has(object.spec.{field}) && object.spec.{field})"
 
@@ -360,7 +165,7 @@ def rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "gpu-runtime-needs-a-request",
-            f"{fast}!variables.nvidiaRuntime || variables.containers.all(c, {_gpu_request_or_void('c')})",
+            f"{fast}!variables.nvidiaRuntime || variables.containers.all(c, {gpu_request_or_void('c')})",
             "under an NVIDIA runtime class (any RuntimeClass the stack does not list as plain) every container, init "
             f"and debug containers too, must {REQUEST} with a positive quantity, or set env "
             "NVIDIA_VISIBLE_DEVICES=void: otherwise the image's own NVIDIA_VISIBLE_DEVICES (=all in CUDA images) "
@@ -368,20 +173,20 @@ def rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "visible-devices-env",
-            f"{fast}!variables.containers.exists(c, has(c.env) && c.env.exists(e, {_visible_not_void('e')}))",
+            f"{fast}!variables.containers.exists(c, has(c.env) && c.env.exists(e, {visible_not_void('e')}))",
             "containers may set NVIDIA_VISIBLE_DEVICES only to void or none (no GPU), as a literal value: "
             f"to get a GPU, {REQUEST} and the device plugin chooses it",
         ),
         Rule(
             "toolkit-feature-env",
-            f"{fast}!variables.containers.exists(c, has(c.env) && c.env.exists(e, {_feature_env('e')}))",
+            f"{fast}!variables.containers.exists(c, has(c.env) && c.env.exists(e, {feature_env('e')}))",
             f"containers may not set {', '.join(TOOLKIT_FEATURE_ENV)}: they make the NVIDIA toolkit add the node's "
             "NVSwitch, InfiniBand, GPUDirect Storage, GDRCopy or IMEX devices, shared with every other workload: drop "
             "them, or ask the platform team to exempt a namespace trusted with them",
         ),
         Rule(
             "visible-devices-env-from",
-            f"{fast}!variables.containers.exists(c, has(c.envFrom) && c.envFrom.exists(f, {_device_prefix('f')}))",
+            f"{fast}!variables.containers.exists(c, has(c.envFrom) && c.envFrom.exists(f, {device_prefix('f')}))",
             "an envFrom prefix may not begin NVIDIA_VISIBLE_DEVICES or a toolkit feature variable (the kubelet "
             "prepends it to each key, and the result picks devices past the device plugin): choose another prefix",
         ),
@@ -394,30 +199,30 @@ def rules(args: GuardSettings) -> list[Rule]:
         ),
         Rule(
             "host-path-mounts-read-only",
-            mounts.format(_host_mount_ok("m")),
+            mounts.format(host_mount_ok("m")),
             "a hostPath volume may only be mounted with readOnly: true, and only one this namespace allows",
         ),
         Rule(
             "mount-paths-normal",
-            "!variables.linux || " + mounts.format(_normal_mount("m")),
+            "!variables.linux || " + mounts.format(normal_mount("m")),
             "mountPath must be absolute, without a .. segment (write it in normal form): the NVIDIA toolkit resolves "
             "paths before it reads device requests from them",
         ),
         Rule(
             "device-request-mounts",
-            "!variables.linux || " + mounts.format(_no_request_mount("m")),
+            "!variables.linux || " + mounts.format(no_request_mount("m")),
             f"nothing may be mounted at or under {DEVICE_REQUEST_DIR} (or a path that merely starts with it, "
             f"however spelt): the NVIDIA toolkit reads device requests there; {REQUEST}",
         ),
         Rule(
             "privileged",
-            f"{fast}!variables.containers.exists(c, {_privileged('c')})",
+            f"{fast}!variables.containers.exists(c, {privileged('c')})",
             f"privileged containers see every GPU of the node: drop privileged and {REQUEST}",
         ),
         Rule(
             "capabilities",
-            f"{fast}variables.regularContainers.all(c, {_adds_only('c', args.allowed_capabilities)})"
-            f" && variables.debugContainers.all(c, {_adds_only('c', debug_capabilities)})",
+            f"{fast}variables.regularContainers.all(c, {adds_only('c', args.allowed_capabilities)})"
+            f" && variables.debugContainers.all(c, {adds_only('c', debug_capabilities)})",
             "a container may add only the capabilities this namespace allows ("
             + (", ".join(sorted(args.allowed_capabilities)) or "none")
             + "; a kubectl debug container also "
@@ -438,7 +243,7 @@ def rules(args: GuardSettings) -> list[Rule]:
             # The stack's own classes too: they select only exposed UUIDs, and the scheduler's claim for such a
             # request is of that class, judged by the claims policy and counted by the class quota.
             f"{fast}!variables.containers.exists(c, "
-            f"{_requests_unlisted_dra_resource('c', [*args.allowed_device_classes, *args.gpu_device_classes])})",
+            f"{requests_unlisted_dra_resource('c', [*args.allowed_device_classes, *args.gpu_device_classes])})",
             f"{DRA_EXTENDED_RESOURCE_PREFIX}<class> resources are allocated through Dynamic Resource Allocation from "
             "any device the class selects, hidden GPUs included, with no claim and no quota; only the stack's own "
             f"classes ({', '.join(sorted(args.gpu_device_classes)) or 'none'}) and those in guard.allowedDeviceClasses "
@@ -470,8 +275,8 @@ def void_variables() -> list[tuple[str, str]]:
         result.append(
             (
                 f"{kind}ToVoid",
-                f"!has(object.spec.{kind}) ? [] : object.spec.{kind}.filter(c, !({_requests_nvidia('c')})"
-                f" && !({_names_visible_devices('c')}) && ({new})).map(c, c.name)",
+                f"!has(object.spec.{kind}) ? [] : object.spec.{kind}.filter(c, !({requests_nvidia('c')})"
+                f" && !({names_visible_devices('c')}) && ({new})).map(c, c.name)",
             )
         )
     return result
@@ -521,95 +326,6 @@ def resource_rule(resources: list[str]) -> dict[str, list[str]]:
 # allocates it or reserves it for one more pod (the subresource `resourceclaims/status`): a claim made while the guard
 # only warned is then never allocated, nor handed to a new pod (issue 40, 1); deallocation passes. Requests through
 # v1beta1/v1beta2 match too (matchPolicy Equivalent, the default), converted to v1.
-CLAIMS_RULE = {
-    "apiGroups": [DRA_GROUP],
-    "apiVersions": [DRA_VERSION],
-    "operations": ["CREATE", "UPDATE"],
-    "resources": ["resourceclaims", "resourceclaimtemplates", "resourceclaims/status"],
-}
-
-
-def _given(field: str) -> str:
-    """CEL: the field is there and not null. The API server hands a policy a claim's `null` as written (`requests:
-    null` has it, then fails "got 'types.Null', expected iterable type"): null reads as absent, as the API does."""
-    return f"(has({field}) && {field} != null)"
-
-
-def _reservations(obj: str) -> str:
-    return f"({_given(obj + '.status')} && {_given(obj + '.status.reservedFor')} ? {obj}.status.reservedFor : [])"
-
-
-def _allocated(obj: str) -> str:
-    return f"({_given(obj + '.status')} && {_given(obj + '.status.allocation')})"
-
-
-def claim_variables() -> list[tuple[str, str]]:
-    """Whether the request is judged (a create; a status write that allocates the claim or reserves it for one more
-    pod), and then its device requests, or a template's (under spec.spec); none otherwise, so every rule passes.
-    `dyn`: the two kinds have different types."""
-    return [
-        (
-            "judged",
-            "request.operation == 'CREATE' || (request.subResource == 'status' && oldObject != null && ("
-            f"(!{_allocated('oldObject')} && {_allocated('object')})"
-            # A consumer the old list lacks, by uid: a swap that keeps the count is a new reservation too.
-            f" || {_reservations('object')}.exists(r, !{_reservations('oldObject')}.exists(o, o.uid == r.uid))))",
-        ),
-        (
-            "claimSpec",
-            "request.kind.kind == 'ResourceClaimTemplate' ? dyn(object).spec.spec : dyn(object).spec",
-        ),
-        (
-            "requests",
-            f"variables.judged && {_given('variables.claimSpec.devices')}"
-            f" && {_given('variables.claimSpec.devices.requests')} ? variables.claimSpec.devices.requests : []",
-        ),
-    ]
-
-
-def _every_alternative(check: str) -> str:
-    """CEL: `check` (over `d`) holds for each request's `exactly` and for each of its `firstAvailable`
-    alternatives, which name their own classes (the allocator takes the first it can satisfy)."""
-    return (
-        f"variables.requests.all(r, (!{_given('r.exactly')} || [r.exactly].all(d, {check}))"
-        f" && (!{_given('r.firstAvailable')} || r.firstAvailable.all(d, {check})))"
-    )
-
-
-def claim_rules(args: GuardSettings) -> list[Rule]:
-    tenant_classes = sorted({*args.allowed_device_classes, *args.gpu_device_classes})
-    ours = cel(sorted(args.gpu_device_classes))
-    return [
-        Rule(
-            "claim-device-classes",
-            _every_alternative(f"d.deviceClassName in {cel(tenant_classes)}"),
-            "a claim may name only the DeviceClasses this stack lets tenants use ("
-            + (", ".join(tenant_classes) or "none")
-            + "): any other class selects whatever devices it matches, hidden GPUs included; for a GPU, "
-            f"{REQUEST}" + (", or claim from the stack's own classes" if args.gpu_device_classes else ""),
-        ),
-        Rule(
-            "claim-admin-access",
-            f"variables.requests.all(r, !{_given('r.exactly')} || !{_given('r.exactly.adminAccess')}"
-            " || !r.exactly.adminAccess)",
-            "adminAccess reaches devices already allocated to other pods, whatever their class: not here",
-        ),
-        Rule(
-            "claim-tolerations",
-            _every_alternative(f"!{_given('d.tolerations')} || size(d.tolerations) == 0"),
-            "a claim may not tolerate device taints: the platform taints the devices no tenant may have",
-        ),
-        Rule(
-            "claim-exact-count",
-            _every_alternative(
-                f"!(d.deviceClassName in {ours}) || !{_given('d.allocationMode')} || d.allocationMode == 'ExactCount'"
-            ),
-            "claims from the stack's GPU classes ask for an exact count (allocationMode ExactCount, the default), "
-            "which the namespace's quota caps",
-        ),
-    ]
-
-
 def policy_specs(args: GuardSettings) -> tuple[PolicySpec, ...]:
     """The three ValidatingAdmissionPolicies: over pods, over the keys envFrom turns into env, and over the
     DeviceClasses tenants' claims name."""

@@ -1,4 +1,4 @@
-"""The access guard's fast path (components/guard_rules.fast_path) is a shortcut and nothing more: the routes and
+"""The access guard's fast path (components/pod_checks.py, fast_path) is a shortcut and nothing more: the routes and
 benign pods of tests/test_access_guard.py keep every verdict through it, and each of its checks is needed. Without
 any one of them a route of tests/support/routes.py gets past the rule it must meet, so a fast path that misses a
 check, or a rule added without its check, fails here."""
@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from components import guard_rules
-from components.guard_rules import FAST_PATH, GuardSettings, container_checks, fast_path
+from components import pod_checks
+from components.guard_settings import GuardSettings
+from components.pod_checks import FAST_PATH, container_checks, fast_path
 from offline.program import ProgramRun
 from stack_config.load import parse_project_config
 from tests.support.guard import pod_policy, rules_denying
@@ -36,12 +37,12 @@ def test_the_rendered_fast_path_is_the_one_built_here(run: ProgramRun) -> None:
 
 @pytest.mark.parametrize("index", range(CHECKS))
 def test_each_fast_path_check_is_needed(run: ProgramRun, monkeypatch: pytest.MonkeyPatch, index: int) -> None:
-    every = guard_rules.container_checks
+    every = pod_checks.container_checks
 
     def all_but_one(c: str, args: GuardSettings, capabilities: list[str]) -> list[str]:
         return [check for i, check in enumerate(every(c, args, capabilities)) if i != index]
 
-    monkeypatch.setattr(guard_rules, "container_checks", all_but_one)
+    monkeypatch.setattr(pod_checks, "container_checks", all_but_one)
     policy = weakened(pod_policy(run), fast_path(SETTINGS)[1])
     escaped = next(
         (
