@@ -28,6 +28,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -116,11 +118,12 @@ def prepare(plugin_xz: Path) -> int:
     return 0
 
 
-def objects(carry: Path, variant: str, uuid: str) -> list[dict[str, Any]]:
-    """The render's objects of the variant, the placeholder UUID replaced by the host's GPU's."""
+def objects(carry: Path, variant: str, uuid: str, root: str = DRIVER_ROOT) -> list[dict[str, Any]]:
+    """The render's objects of the variant, the placeholder UUID replaced by the host's GPU's (and the driver root
+    by the one this host needs: driver_root)."""
     data = json.loads((carry / RENDER_FILE).read_text())
     body, real = data["placeholder"].removeprefix("GPU-"), uuid.removeprefix("GPU-")
-    found: list[dict[str, Any]] = json.loads(json.dumps(data["objects"][variant]).replace(body, real))
+    found = [with_driver_root(o, root) for o in json.loads(json.dumps(data["objects"][variant]).replace(body, real))]
     # As Pulumi orders them: what the DaemonSet's pods need (namespace, identity, RuntimeClass) first.
     return sorted(found, key=lambda o: (o["kind"] != "Namespace", o["kind"] == "DaemonSet"))
 
@@ -134,6 +137,40 @@ def as_run_here(obj: dict[str, Any], plane: ControlPlane) -> dict[str, Any]:
         (container,) = obj["spec"]["template"]["spec"]["containers"]
         container["imagePullPolicy"] = "Never"
         return on_host_network(obj, plane)
+    return obj
+
+
+@contextmanager
+def driver_root(work: Path, facts: dict[str, Any]) -> Iterator[str]:
+    """The driver root the DaemonSet mounts. NVIDIA's plugin takes a driver root with a `dev` directory for its dev
+    root, where a claim's CDI spec finds device nodes (root.go:65-82 at v0.4.1); a driver root whose `dev` lacks
+    them gets a claim spec without device nodes, which the CDI library refuses ("invalid device, empty device
+    edits"), as the device machine's /usr/local/nvidia did on 2026-12-06. Such a host gets a driver root of
+    read-only binds of its bin and lib64 and no `dev`, so the plugin's dev root is its container's own /dev: the
+    nodes the runtime gave it, those of the exposed GPUs alone. Any other host keeps DRIVER_ROOT as rendered."""
+    dev = Path(DRIVER_ROOT) / "dev"
+    facts["driverRootDev"] = sorted(p.name for p in dev.iterdir())[:20] if dev.is_dir() else None
+    if not dev.is_dir() or (dev / "nvidia0").exists():
+        yield DRIVER_ROOT
+        return
+    lab, bound = work / "driver-root", []
+    try:
+        for name in ("bin", "lib64"):
+            (lab / name).mkdir(parents=True)
+            sh("mount", "--bind", f"{DRIVER_ROOT}/{name}", lab / name, check=True)
+            bound.append(lab / name)
+            sh("mount", "-o", "remount,bind,ro", lab / name, check=True)  # the cleanup's rmtree cannot reach through
+        facts["labDriverRoot"] = str(lab)
+        yield str(lab)
+    finally:
+        for point in reversed(bound):
+            sh("umount", "-l", point)
+
+
+def with_driver_root(obj: dict[str, Any], root: str) -> dict[str, Any]:
+    if obj["kind"] == "DaemonSet" and root != DRIVER_ROOT:
+        text = json.dumps(obj).replace(json.dumps(DRIVER_ROOT), json.dumps(root))
+        return dict(json.loads(text))
     return obj
 
 
@@ -156,13 +193,17 @@ def plugin_log(node: Node) -> list[str]:
     return [line[:300] for line in lines if any(k in line for k in keep)][:60]
 
 
-def phases(run: Run, carry: Path) -> dict[str, Any]:
+def phases(run: Run, carry: Path, root: str) -> dict[str, Any]:
     plane, node, uuid = run.plane, run.node, run.uuid
+
+    def rendered(variant: str) -> list[dict[str, Any]]:
+        return objects(carry, variant, uuid, root)
+
     out: dict[str, Any] = {}
-    for obj in objects(carry, "exposed", uuid):
+    for obj in rendered("exposed"):
         plane.apply(as_run_here(obj, plane), manager="hidden-gpu")
     published = run.eventually(lambda: dra_devices(plane, NODE, NVIDIA_DRA_DRIVER), "the pinned plugin's slice", WAIT_S)
-    (device_class,) = [o["metadata"]["name"] for o in objects(carry, "exposed", uuid) if o["kind"] == "DeviceClass"]
+    (device_class,) = [o["metadata"]["name"] for o in rendered("exposed") if o["kind"] == "DeviceClass"]
     request = {"name": "gpu", "exactly": {"deviceClassName": device_class}}
     metadata = {"name": "gpu", "namespace": TENANT}
     spec = {"devices": {"requests": [request]}}
@@ -181,11 +222,11 @@ def phases(run: Run, carry: Path) -> dict[str, Any]:
     plane.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{TENANT}/resourceclaims/gpu")
 
     # Hidden: the render has no plugin DaemonSet (a hidden node runs neither); what `up` would delete, deleted.
-    hidden = {(o["kind"], o["metadata"]["name"]) for o in objects(carry, "hidden", uuid)}
-    for obj in objects(carry, "exposed", uuid):
+    hidden = {(o["kind"], o["metadata"]["name"]) for o in rendered("hidden")}
+    for obj in rendered("exposed"):
         if (obj["kind"], obj["metadata"]["name"]) not in hidden and obj["kind"] != "Namespace":
             plane.request("DELETE", plane.path(obj))
-    for obj in objects(carry, "hidden", uuid):
+    for obj in rendered("hidden"):
         plane.apply(obj, manager="hidden-gpu")
     pods = f"/api/v1/namespaces/{DEFAULT_PLUGIN_NAMESPACE}/pods"
     run.eventually(lambda: not plane.request("GET", pods)["items"], "the plugin gone")
@@ -197,7 +238,7 @@ def phases(run: Run, carry: Path) -> dict[str, Any]:
     }
 
     # The control: the chart's way, privileged and NVIDIA_VISIBLE_DEVICES=void.
-    for obj in objects(carry, "exposed", uuid):
+    for obj in rendered("exposed"):
         if obj["kind"] == "DaemonSet":
             (container,) = obj["spec"]["template"]["spec"]["containers"]
             container["securityContext"] = {"privileged": True}
@@ -253,10 +294,13 @@ def run(carry: Path, out: Path) -> int:
             def copy(directory: Path) -> None:
                 shutil.copy(spec_dir / "nvidia.yaml", directory / "nvidia.yaml")
 
-            with Node.start(plane, bin_dir, NODE, [uuid], cdi=copy, own_images=node_images, host_cdi=True) as node:
+            with (
+                driver_root(held.work, facts) as root,
+                Node.start(plane, bin_dir, NODE, [uuid], cdi=copy, own_images=node_images, host_cdi=True) as node,
+            ):
                 held.node = node
                 try:
-                    result |= phases(Run(plane, node, uuid, pod.name), carry)
+                    result |= phases(Run(plane, node, uuid, pod.name), carry, root)
                 finally:
                     collect_logs(out, node, plane, held.extra)
     result["seconds"] = round(time.monotonic() - began, 2)
