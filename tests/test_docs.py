@@ -138,3 +138,14 @@ def test_the_admission_comparison_table_is_the_record() -> None:
 
     record = json.loads((ROOT / "docs/measurements/admission-compare-2core.json").read_text())
     assert table(record["summary"]) in (ROOT / "docs/performance.md").read_text()
+
+
+def test_the_cost_limit_figures_are_the_record() -> None:
+    """docs/performance.md's CEL cost-limit figures are docs/measurements/admission-cost-limit-2core.json's."""
+    record = json.loads((ROOT / "docs/measurements/admission-cost-limit-2core.json").read_text())
+    text = " ".join(
+        (ROOT / "docs/performance.md").read_text().split("**The CEL cost limit**", 1)[1].split("- **")[0].split()
+    )
+    for config, key in (("guard", "small, admitted"), ("guard", "small, denied at the last container"),
+                        ("guard", "padded, admitted"), ("per-rule", "small, denied at the last container")):  # fmt: skip
+        assert f"{record[config][key]['largestJudged']:,}" in text, (config, key)

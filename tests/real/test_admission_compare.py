@@ -1,6 +1,6 @@
 """The admission comparison (e2e.admission_compare) run small, so it keeps measuring what it says: each
 configuration's namespace judged by exactly its policies, the same pod admitted by all six, every dry-run create
-counted by the plugins' own histograms. The summary's arithmetic: tests/test_admission_compare.py."""
+counted by the plugins' own histograms; e2e.admission_cost's three verdicts. The summary's arithmetic: tests/test_admission_compare.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from e2e import admission_compare as compare
+from e2e import admission_cost as cost
 from e2e.controlplane import ApiError, ControlPlane
 
 GUARDED = {"guard", "guard+restricted", "per-rule"}
@@ -38,6 +39,10 @@ def test_each_configuration_is_judged_by_its_policies_alone() -> None:
             del rooted["spec"]["containers"][0]["securityContext"]
             assert denier(plane, rooted) == ("podSecurity" if "restricted" in config else ""), config
         phases = [compare.phase(plane, compare.the_pod(runtime_class, 4, c), 30, 2) for c in compare.CONFIGS]
+        # e2e.admission_cost's verdicts, each as the API server gives it (the cost limit: a pod far past it).
+        for containers, violating, expected in ((3, False, "admitted"), (3, True, "denied"), (8000, False, "cost")):
+            shaped = cost.the_pod(runtime_class, containers, 0, violating, "guard")
+            assert cost.verdict(plane, shaped) == expected, (containers, violating)
     for config, measured in zip(compare.CONFIGS, phases, strict=True):
         # Both plugins judged every create (the controllers' own creates may add to the count, never take).
         assert all(measured["plugins"][k]["count"] >= 30 for k in compare.PLUGINS), (config, measured)
