@@ -173,6 +173,11 @@ def guard_denies(plane: ControlPlane, runtime_class: str) -> bool:
     """Whether the guard denies, now, a dry-run pod that asks for every GPU through its env."""
     probe = tenant_pod(runtime_class, 1)
     probe["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
+    return denied(plane, probe)
+
+
+def denied(plane: ControlPlane, probe: dict[str, Any]) -> bool:
+    """Whether the guard denies the pod, now, in a dry-run create."""
     try:
         plane.create(probe, dry_run=True)
     except ApiError as error:

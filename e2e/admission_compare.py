@@ -42,9 +42,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.names import POLICY_NAME
 from components.pod_checks import FAST_PATH
-from e2e.admission_bench import bench_plane, create_many, rendered_guard
+from e2e.admission_bench import bench_plane, create_many, denied, rendered_guard
 from e2e.build import LINKS
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import ControlPlane
 
 SIZES = (1, 4, 16, 64, 256)
 PSA_LABEL = "pod-security.kubernetes.io/enforce"
@@ -90,15 +90,16 @@ def restricted_container(name: str, gpu: bool) -> dict[str, Any]:
 
 
 def the_pod(runtime_class: str, containers: int, config: str) -> dict[str, Any]:
+    return pod_of([restricted_container(f"c{i}", i == 0) for i in range(containers)], runtime_class, config)
+
+
+def pod_of(containers: list[dict[str, Any]], runtime_class: str, config: str) -> dict[str, Any]:
+    """A pod of these containers in the configuration's namespace, which no scheduler will place."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "bench", "namespace": namespace(config)},
-        "spec": {
-            "schedulerName": "no-scheduler",
-            "runtimeClassName": runtime_class,
-            "containers": [restricted_container(f"c{i}", i == 0) for i in range(containers)],
-        },
+        "spec": {"schedulerName": "no-scheduler", "runtimeClassName": runtime_class, "containers": containers},
     }
 
 
@@ -220,14 +221,6 @@ def prepare(plane: ControlPlane) -> str:
                 raise RuntimeError(f"the {config} configuration's bindings did not take in 30 s")
             time.sleep(0.2)
     return runtime_class
-
-
-def denied(plane: ControlPlane, probe: dict[str, Any]) -> bool:
-    try:
-        plane.create(probe, dry_run=True)
-    except ApiError as error:
-        return "hidden-gpu guard" in error.message
-    return False
 
 
 @contextmanager

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.admission_compare import compare_plane, namespace, restricted_container
+from e2e.admission_compare import compare_plane, pod_of, restricted_container
 from e2e.controlplane import ApiError, ControlPlane
 
 START, CEILING = 1200, 40_000
@@ -39,16 +39,7 @@ def the_pod(runtime_class: str, containers: int, pad: int, violating: bool, conf
             built["env"] = [{"name": "PAD", "value": "x" * pad}]
         return built
 
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "bench", "namespace": namespace(config)},
-        "spec": {
-            "schedulerName": "no-scheduler",
-            "runtimeClassName": runtime_class,
-            "containers": [one(i) for i in range(containers)],
-        },
-    }
+    return pod_of([one(i) for i in range(containers)], runtime_class, config)
 
 
 def verdict(plane: ControlPlane, pod: dict[str, Any]) -> str:

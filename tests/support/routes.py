@@ -33,6 +33,12 @@ def capability_pod(*caps: str) -> dict[str, Any]:
 
 GPU_POD = pod(container(gpus="1"), runtimeClassName=OURS)
 
+
+def not_a_gpu(resource: str) -> tuple[dict[str, Any], str]:
+    """A container asking for one of a resource that is not the device plugin's GPU, under our NVIDIA class."""
+    return pod(container(gpus="1", resource=resource), runtimeClassName=OURS), "gpu-runtime-needs-a-request"
+
+
 # Each route of issue 12, and the one rule that must deny it.
 ROUTES: dict[str, tuple[dict[str, Any], str | list[str]]] = {
     # Requests that are not requests: no Allocate for 0, the image's ENV=all stands.
@@ -49,26 +55,11 @@ ROUTES: dict[str, tuple[dict[str, Any], str | list[str]]] = {
     ),
     # Resources that are not the device plugin's GPUs: no Allocate from it, the image's ENV=all stands. HAMi serves
     # nvidia.com/gpumem; the others are what a match wider than nvidia.com/(gpu|gpu.*|mig-*) would take for GPUs.
-    "nvidia-memory-is-no-gpu": (
-        pod(container(gpus="1", resource="nvidia.com/gpumem"), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    "gpu-prefix-is-no-gpu": (
-        pod(container(gpus="1", resource="nvidia.com/gpux"), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    "mig-without-profile-is-no-gpu": (
-        pod(container(gpus="1", resource="nvidia.com/mig"), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    "another-domain-is-no-gpu": (
-        pod(container(gpus="1", resource="other-nvidia.com/gpu"), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
-    "a-domain-without-the-dot-is-no-gpu": (
-        pod(container(gpus="1", resource="nvidia-com/gpu"), runtimeClassName=OURS),
-        "gpu-runtime-needs-a-request",
-    ),
+    "nvidia-memory-is-no-gpu": not_a_gpu("nvidia.com/gpumem"),
+    "gpu-prefix-is-no-gpu": not_a_gpu("nvidia.com/gpux"),
+    "mig-without-profile-is-no-gpu": not_a_gpu("nvidia.com/mig"),
+    "another-domain-is-no-gpu": not_a_gpu("other-nvidia.com/gpu"),
+    "a-domain-without-the-dot-is-no-gpu": not_a_gpu("nvidia-com/gpu"),
     # Containers that do not request, in a pod that runs the NVIDIA runtime.
     "sidecar-without-request": (
         pod(container(gpus="1"), container("sidecar"), runtimeClassName=OURS),
