@@ -2,16 +2,14 @@
 
     pulumi package add ./package        # in a consumer project; then use hidden-gpu:index:GpuPool, ...
 
-Pulumi's Python language host runs this file (PulumiPlugin.yaml beside it); the schema is what Pulumi's
-analyzer infers from the components' annotations (tests/test_program.py checks it reads every one).
+Pulumi's Python language host runs this file (PulumiPlugin.yaml beside it) in a virtualenv of its own, package/venv,
+into which it installs requirements.txt beside it: the components as this repository's distribution (pyproject.toml),
+pinned as the project pins them; nothing of the checkout's .venv or sys.path. The schema is what Pulumi's analyzer
+infers from the components' annotations (tests/test_program.py checks it reads every one).
 """
 
-import sys
 import tomllib
 from pathlib import Path
-
-# The repository root: the components import common/ and stack_config/ beside them.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pulumi.provider.experimental import component_provider_host
 

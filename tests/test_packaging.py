@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from common.names import Token
 
@@ -97,3 +98,47 @@ def test_the_distribution_installs_and_a_program_uses_it(tmp_path: Path) -> None
     assert said["file"].startswith(str(site))
     assert Token.HIDDEN_GPU_NODE in said["created"]
     assert {Token.NODE_PATCH, Token.DAEMONSET, Token.RUNTIME_CLASS} <= set(said["created"])
+
+
+@pytest.mark.slow
+def test_the_plugin_installs_its_own_requirements_and_serves(tmp_path: Path) -> None:
+    """package/ as Pulumi's Python runtime runs a source plugin from a clone (issue 42, 3): a virtualenv of its own
+    (PulumiPlugin.yaml), requirements.txt installed into it from package/, then `python __main__.py` there. The
+    components come from that virtualenv alone: the clone's root is not on sys.path and the checkout's .venv is
+    not used; the provider starts and says its port."""
+    clone = tmp_path / "clone"
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, clone / name)
+    plugin = clone / "package"
+    manifest = yaml.safe_load((plugin / "PulumiPlugin.yaml").read_text())
+    venv = plugin / manifest["runtime"]["options"]["virtualenv"]
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip = [str(python), "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "install", "-r", "requirements.txt"], cwd=plugin, check=True, timeout=600)
+    provider = subprocess.Popen(
+        [str(python), "__main__.py", "127.0.0.1:1"],
+        cwd=plugin,
+        env={"PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert provider.stdout is not None
+        port = provider.stdout.readline().strip()
+        assert port.isdigit(), provider.stderr.read() if provider.stderr else port
+    finally:
+        provider.kill()
+        provider.communicate(timeout=10)  # reaps it and closes both pipes
+    where = subprocess.run(
+        [str(python), "-P", "-c", "import components; print(components.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.startswith(str(venv)), where.stdout
