@@ -63,6 +63,7 @@ gpu-node: $(VENV)/.installed
 # docs/configuration.md is generated from the config models; make test fails when it is stale.
 docs: $(VENV)/.installed
 	$(PY) -m offline.config_reference
+	$(PY) -m offline.package_schema
 
 # The kubelet PodResources stubs, generated from our own .proto; make test fails when they are stale.
 protos: $(VENV)/.installed

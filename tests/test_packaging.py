@@ -11,11 +11,13 @@ import sys
 import textwrap
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from common.names import Token
+from offline import package_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -142,3 +144,49 @@ def test_the_plugin_installs_its_own_requirements_and_serves(tmp_path: Path) -> 
         check=True,
     )
     assert where.stdout.startswith(str(venv)), where.stdout
+
+
+def test_the_committed_schema_is_the_one_served() -> None:
+    """package/schema.json is what package/'s provider serves today: a change to what consumers bind against shows
+    in review, and a stale copy fails here (python -m offline.package_schema writes it)."""
+    assert package_schema.main(["--check"]) == 0
+
+
+def _check_against(schema: dict[str, Any], spec: dict[str, Any], value: Any, where: str) -> list[str]:
+    """Where a YAML value does not fit its schema type: unknown keys of objects, recursively through $refs."""
+    if isinstance(value, str) and value.startswith("${"):
+        return []
+    ref = spec.get("$ref", "")
+    if ref.startswith("#/types/"):
+        spec = schema["types"][ref.removeprefix("#/types/")]
+    if spec.get("type") == "object" and "properties" in spec and isinstance(value, dict):
+        problems = [f"{where}.{k}: not in the schema" for k in value if k not in spec["properties"]]
+        for key, item in value.items():
+            if key in spec["properties"]:
+                problems += _check_against(schema, spec["properties"][key], item, f"{where}.{key}")
+        return problems
+    if spec.get("type") == "array" and isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _check_against(schema, spec["items"], v, f"{where}[{i}]")]
+    return []
+
+
+def test_the_yaml_consumer_example_binds_against_the_schema() -> None:
+    """examples/package-consumer/Pulumi.yaml names only types, inputs and outputs package/schema.json has: the check
+    YAML's binder makes first (the program itself runs in tests/real/test_package.py; no TypeScript or Go consumer
+    runs here, as their language hosts are not served)."""
+    schema = json.loads((ROOT / "package" / "schema.json").read_text())
+    program = yaml.safe_load((ROOT / "examples" / "package-consumer" / "Pulumi.yaml").read_text())
+    problems, types = [], {}
+    for name, resource in program["resources"].items():
+        declared = schema["resources"].get(resource["type"])
+        if declared is None:
+            problems.append(f"{name}: no type {resource['type']}")
+            continue
+        types[name] = declared
+        spec = {"type": "object", "properties": declared["inputProperties"]}
+        problems += _check_against(schema, spec, resource.get("properties", {}), name)
+    for output in program["outputs"].values():
+        resource, prop = re.fullmatch(r"\$\{(\w+)\.(\w+)\}", output).groups()  # type: ignore[union-attr]
+        if prop not in types[resource]["properties"]:
+            problems.append(f"outputs: {resource} has no output {prop}")
+    assert problems == []
