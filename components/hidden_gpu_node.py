@@ -1,52 +1,36 @@
 """HiddenGpuNode: one shared GPU node on which Kubernetes sees only the exposed GPUs."""
 
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
-import hashlib
 import typing
 from collections.abc import Mapping
 from typing import NamedTuple, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
 from common.names import (
-    CDI_SPEC_DIR,
-    CONFIG_CHECKSUM_ANNOTATION,
-    CONTAINER_DRIVER_ROOT,
     DEFAULT_DRA_PLUGIN_IMAGE,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
-    GPU_RESOURCE,
-    KUBELET_DEVICE_PLUGINS,
     NODE_LABEL,
     NODE_OUTPUT_KEYS,
     NVIDIA_RUNTIME_HANDLER,
     OPERANDS_OFF_ANNOTATION,
     PATCH_FORCE_ANNOTATION,
-    PLUGIN_CONFIG_FILE,
     PLUGIN_CONFIG_KEY,
-    PLUGIN_NAME,
-    VISIBLE_DEVICES_ENV,
     Allocator,
-    DeviceListStrategy,
     MigStrategy,
     Token,
-    device_plugin_name,
     plugin_config_name,
     plugin_labels,
     runtime_class_name,
 )
+from components.device_plugin_spec import plugin_config, plugin_metadata, plugin_name, plugin_namespace_of, plugin_spec
 from components.dra_plugin import DraPluginObjects
 from components.inputs import derive, is_plain, validated_input
 from components.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
 from components.node_pods import (
-    device_requests,
-    node_pod_spec,
-    plugin_config_volume,
     runtime_scheduling,
-    scan_exceptions,
-    unprivileged,
 )
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
@@ -61,15 +45,6 @@ from stack_config.models import (
     OperandsConfig,
 )
 
-# Checks of the security scan (make scan) that the plugin deliberately does not meet.
-SCAN_EXCEPTIONS = {
-    "CKV_K8S_8": "the plugin serves gRPC on a kubelet unix socket only; it has no endpoint to probe",
-    "CKV_K8S_9": "the plugin serves gRPC on a kubelet unix socket only; it has no endpoint to probe",
-    "CKV_K8S_22": "the upstream manifest runs the plugin with a writable root; read-only not yet tried on a node",
-    "CKV_K8S_23": "the plugin must create its socket in the root-owned /var/lib/kubelet/device-plugins",
-    "CKV_K8S_40": "the plugin must create its socket in the root-owned /var/lib/kubelet/device-plugins",
-    "CKV_K8S_15": "the image is pinned; Always would make a plugin restart depend on the registry",
-}
 EMPTY_OUTPUT = (
     "an Output that turned out empty: the plugin was declared before it was known (whether a node runs one decides "
     "which objects it gets); a node that hides every GPU says so with a plain empty list"
@@ -351,38 +326,9 @@ def _summary(node: NodeConfig) -> NodeSummary:
         exposedCount=len(node.exposed_gpus),
         advertisedCount=node.advertised_gpus,
         hiddenCount=len(node.hidden_gpus),
-        devicePlugin=_plugin_name(node.name, node.adopt_device_plugin) if node.runs_plugin else None,
+        devicePlugin=plugin_name(node.name, node.adopt_device_plugin) if node.runs_plugin else None,
         runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
     )
-
-
-def _namespace(adopt: AdoptedPluginConfig | None, plugin_namespace: pulumi.Input[str]) -> pulumi.Input[str]:
-    """An adopted plugin stays where it was made (a DaemonSet cannot move), its config beside it."""
-    return plugin_namespace if adopt is None else adopt.namespace
-
-
-def _plugin_name(name: str, adopt: AdoptedPluginConfig | None) -> str:
-    return device_plugin_name(name) if adopt is None else adopt.name
-
-
-def plugin_config(node: NodeConfig) -> str | None:
-    """The plugin's `version: v1` config file, where the node time-slices. Time-slicing applies to
-    every GPU the plugin sees, and the pinned plugin sees only the exposed ones."""
-    if node.time_slicing is None:
-        return None
-    sharing = node.time_slicing
-    config = {
-        "version": "v1",
-        "flags": {"migStrategy": str(node.mig_strategy)},
-        "sharing": {
-            "timeSlicing": {
-                "renameByDefault": sharing.rename_by_default,
-                "failRequestsGreaterThanOne": sharing.fail_requests_greater_than_one,
-                "resources": [{"name": GPU_RESOURCE, "replicas": sharing.replicas}],
-            }
-        },
-    }
-    return yaml.safe_dump(config, sort_keys=False)
 
 
 def _runtime_class(
@@ -411,80 +357,13 @@ def _config_map(
         f"{prefix}-plugin-config",
         metadata=k8s.meta.v1.ObjectMetaArgs(
             name=derive(identity.name, plugin_config_name),
-            namespace=_namespace(identity.adopt, plugin_namespace),
+            namespace=plugin_namespace_of(identity.adopt, plugin_namespace),
             labels=derive(identity.name, plugin_labels),
         ),
         # Declared only for a time-sliced node, which has a config.
         data=derive(node, lambda n: {PLUGIN_CONFIG_KEY: typing.cast(str, plugin_config(n))}),
         opts=opts,
     )
-
-
-def _env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> list[k8s.core.v1.EnvVarArgs]:
-    env = {
-        # Also overrides the image's own `ENV NVIDIA_VISIBLE_DEVICES=all`.
-        VISIBLE_DEVICES_ENV: ",".join(node.exposed_gpus),
-        "DEVICE_ID_STRATEGY": "uuid",
-        "DEVICE_LIST_STRATEGY": str(plugin.device_list_strategy),
-        "FAIL_ON_INIT_ERROR": "true",
-        "MIG_STRATEGY": str(node.mig_strategy),
-    }
-    if node.mig_strategy != MigStrategy.NONE:
-        env["NVIDIA_MIG_MONITOR_DEVICES"] = "all"
-    if config is not None:
-        env["CONFIG_FILE"] = PLUGIN_CONFIG_FILE
-    if plugin.device_list_strategy == DeviceListStrategy.CDI_CRI:
-        # The spec the plugin writes lists only what it sees: the exposed GPUs.
-        env["NVIDIA_DRIVER_ROOT"] = plugin.nvidia_driver_root
-        env["CONTAINER_DRIVER_ROOT"] = CONTAINER_DRIVER_ROOT
-        if plugin.nvidia_cdi_hook_path is not None:
-            env["NVIDIA_CDI_HOOK_PATH"] = plugin.nvidia_cdi_hook_path
-    return [k8s.core.v1.EnvVarArgs(name=name, value=value) for name, value in env.items()]
-
-
-def _security_context(node: NodeConfig) -> k8s.core.v1.SecurityContextArgs:
-    # MIG is the one exception to "no capabilities": the toolkit mounts the MIG monitor
-    # capability that NVIDIA_MIG_MONITOR_DEVICES asks for only into a container with SYS_ADMIN,
-    # which it then treats as privileged: the variable is honoured whatever the toolkit's
-    # unprivileged settings say. The plugin still sees only the GPUs it names (and every MIG
-    # device of those GPUs, hence the config's split rule); tenants' SYS_ADMIN stays denied by
-    # the access guard, which exempts only the plugin's namespace.
-    return unprivileged(["SYS_ADMIN"] if node.mig_strategy != MigStrategy.NONE else None)
-
-
-def _volumes(
-    node: NodeConfig, plugin: DevicePluginConfig, config: str | None
-) -> tuple[list[k8s.core.v1.VolumeArgs], list[k8s.core.v1.VolumeMountArgs]]:
-    volumes = [
-        k8s.core.v1.VolumeArgs(
-            name="device-plugin",
-            host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=KUBELET_DEVICE_PLUGINS, type="Directory"),
-        )
-    ]
-    mounts = [k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS)]
-    if config is not None:
-        volume, mount = plugin_config_volume(node.name)
-        volumes.append(volume)
-        mounts.append(mount)
-    requests, request_mounts = device_requests(node, plugin)
-    volumes += requests
-    mounts += request_mounts
-    if plugin.device_list_strategy == DeviceListStrategy.CDI_CRI:
-        volumes += [
-            k8s.core.v1.VolumeArgs(
-                name="driver-root",
-                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=plugin.nvidia_driver_root, type="Directory"),
-            ),
-            k8s.core.v1.VolumeArgs(
-                name="cdi-root",
-                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=CDI_SPEC_DIR, type="DirectoryOrCreate"),
-            ),
-        ]
-        mounts += [
-            k8s.core.v1.VolumeMountArgs(name="driver-root", mount_path=CONTAINER_DRIVER_ROOT, read_only=True),
-            k8s.core.v1.VolumeMountArgs(name="cdi-root", mount_path=CDI_SPEC_DIR),
-        ]
-    return volumes, mounts
 
 
 def _device_plugin(
@@ -499,69 +378,7 @@ def _device_plugin(
 ) -> k8s.apps.v1.DaemonSet:
     return k8s.apps.v1.DaemonSet(
         f"{prefix}-device-plugin",
-        metadata=_plugin_metadata(identity, plugin, plugin_namespace),
-        spec=derive(node, lambda n: _plugin_spec(n, plugin, runtime_class)),
+        metadata=plugin_metadata(identity.name, identity.adopt, plugin, plugin_namespace),
+        spec=derive(node, lambda n: plugin_spec(n, plugin, runtime_class)),
         opts=opts,
-    )
-
-
-def _plugin_metadata(
-    identity: _Identity, plugin: DevicePluginConfig, plugin_namespace: pulumi.Input[str]
-) -> k8s.meta.v1.ObjectMetaArgs:
-    adopt = identity.adopt
-    annotations = scan_exceptions(SCAN_EXCEPTIONS, plugin.image, "devicePlugin.image")
-    if adopt is not None:
-        # Taking over a hand-made DaemonSet: a forced server-side apply under hidden-gpu's field manager, not
-        # `pulumi import`. The provider creates by server-side apply (a PATCH, so an existing object is upserted:
-        # pulumi-kubernetes v4.25 pkg/await/await.go), and patchForce takes every field this declares from the
-        # hand-made manager; an import would need each object's ID in the program and a first `up` that changes
-        # nothing. Fields only the hand-made manager set and this does not declare stay: cluster.verify names them.
-        annotations = {**annotations, PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
-    return k8s.meta.v1.ObjectMetaArgs(
-        name=derive(identity.name, lambda name: _plugin_name(name, adopt)),
-        namespace=_namespace(adopt, plugin_namespace),
-        labels=derive(identity.name, plugin_labels),
-        annotations=annotations,
-    )
-
-
-def _plugin_spec(
-    node: NodeConfig, plugin: DevicePluginConfig, runtime_class: pulumi.Input[str]
-) -> k8s.apps.v1.DaemonSetSpecArgs:
-    labels = plugin_labels(node.name)
-    selector, pod_labels = labels, labels
-    adopt = node.adopt_device_plugin
-    if adopt is not None:
-        # An adopted DaemonSet's selector is immutable, so it stays the hand-made one and the pods carry both its
-        # labels and ours (cluster.verify finds them by ours); the container keeps its name, as containers merge by
-        # name.
-        selector = dict(adopt.match_labels)
-        pod_labels = {**adopt.match_labels, **labels}
-    config = plugin_config(node)
-    volumes, mounts = _volumes(node, plugin, config)
-    container = k8s.core.v1.ContainerArgs(
-        name=PLUGIN_NAME if adopt is None else adopt.container,
-        image=plugin.image,
-        image_pull_policy="IfNotPresent",
-        env=_env(node, plugin, config),
-        security_context=_security_context(node),
-        resources=k8s.core.v1.ResourceRequirementsArgs(
-            requests=plugin.resources.requests.model_dump(), limits=plugin.resources.limits.model_dump()
-        ),
-        volume_mounts=mounts,
-    )
-    pod_spec = node_pod_spec(node.name, plugin, runtime_class, [container], volumes)
-    checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
-    return k8s.apps.v1.DaemonSetSpecArgs(
-        selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-        # One plugin pod at a time, stated rather than left to the default (which a hand-made DaemonSet may
-        # have changed): a surge pod would register the same resource while the old one runs, and the kubelet
-        # then disconnects the newer one when the older one's stream ends (every GPU unhealthy).
-        update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
-            type="RollingUpdate",
-            rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_surge=0, max_unavailable=1),
-        ),
-        template=k8s.core.v1.PodTemplateSpecArgs(
-            metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels, annotations=checksum), spec=pod_spec
-        ),
     )
