@@ -1,7 +1,7 @@
-"""The access guard's fast path (components/pod_checks.py, fast_path) is a shortcut and nothing more: the routes and
-benign pods of tests/test_access_guard.py keep every verdict through it, and each of its checks is needed. Without
-any one of them a route of tests/support/routes.py gets past the rule it must meet, so a fast path that misses a
-check, or a rule added without its check, fails here."""
+"""The access guard's fast path (components/pod_checks.py, fast_path) is a shortcut and nothing more: generated pods
+and `kubectl debug` updates get the same verdict and messages with it as with it switched off, and each of its checks
+is needed (without any one of them a route of tests/support/routes.py gets past the rule it must meet, so a fast path
+that misses a check fails here)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,17 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from components import pod_checks
 from components.guard_settings import GuardSettings
 from components.pod_checks import FAST_PATH, container_checks, fast_path
 from offline.program import ProgramRun
 from stack_config.load import parse_project_config
-from tests.support.guard import pod_policy, rules_denying
+from tests.support.examples import examples
+from tests.support.guard import admit, pod_policy, rules_denying
+from tests.support.pod_strategies import benign_pods, containers, pods
 from tests.support.routes import ROUTES
 from tests.support.stacks import valid_config
 
@@ -53,3 +57,40 @@ def test_each_fast_path_check_is_needed(run: ProgramRun, monkeypatch: pytest.Mon
         None,
     )
     assert escaped is not None, f"the fast path without check {index} still denies every route: a route is missing"
+
+
+@pytest.fixture(scope="module")
+def both(run: ProgramRun) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rendered pod policy, and the same with its fast path switched off (every rule judges alone)."""
+    policy = pod_policy(run)
+    return policy, weakened(policy, "false")
+
+
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pod=st.one_of(pods(), benign_pods()))
+def test_the_fast_path_changes_no_verdict_of_a_create(
+    both: tuple[dict[str, Any], dict[str, Any]], pod: dict[str, Any]
+) -> None:
+    fast, alone = both
+    assert admit(fast, pod) == admit(alone, pod), pod
+
+
+@settings(max_examples=examples(800), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pod=st.one_of(pods(), benign_pods()),
+    debugger=containers("debugger", ephemeral=True),
+    earlier=containers("earlier", ephemeral=True),
+)
+def test_the_fast_path_changes_no_verdict_of_kubectl_debug(
+    both: tuple[dict[str, Any], dict[str, Any]],
+    pod: dict[str, Any],
+    debugger: dict[str, Any],
+    earlier: dict[str, Any],
+) -> None:
+    fast, alone = both
+    old = copy.deepcopy(pod)
+    old["spec"]["ephemeralContainers"] = [earlier]
+    new = copy.deepcopy(old)
+    new["spec"]["ephemeralContainers"].append(debugger)
+    kwargs: dict[str, Any] = {"old": old, "sub_resource": "ephemeralcontainers"}
+    assert admit(fast, new, **kwargs) == admit(alone, new, **kwargs), new
