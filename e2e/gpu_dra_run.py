@@ -21,6 +21,7 @@ Service network here, the host's network with the API server's address.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import lzma
@@ -141,30 +142,36 @@ def as_run_here(obj: dict[str, Any], plane: ControlPlane) -> dict[str, Any]:
 
 
 @contextmanager
-def driver_root(work: Path, facts: dict[str, Any]) -> Iterator[str]:
+def driver_root(facts: dict[str, Any]) -> Iterator[str]:
     """The driver root the DaemonSet mounts. NVIDIA's plugin takes a driver root with a `dev` directory for its dev
     root, where a claim's CDI spec finds device nodes (root.go:65-82 at v0.4.1); a driver root whose `dev` lacks
     them gets a claim spec without device nodes, which the CDI library refuses ("invalid device, empty device
     edits"), as the device machine's /usr/local/nvidia did on 2026-12-06. Such a host gets a driver root of
-    read-only binds of its bin and lib64 and no `dev`, so the plugin's dev root is its container's own /dev: the
-    nodes the runtime gave it, those of the exposed GPUs alone. Any other host keeps DRIVER_ROOT as rendered."""
+    read-only binds of its bin and lib64 (or lib) and no `dev`, so the plugin's dev root is its container's own
+    /dev: the nodes the runtime gave it, those of the exposed GPUs alone. Any other host keeps DRIVER_ROOT."""
     dev = Path(DRIVER_ROOT) / "dev"
     facts["driverRootDev"] = sorted(p.name for p in dev.iterdir())[:20] if dev.is_dir() else None
     if not dev.is_dir() or (dev / "nvidia0").exists():
         yield DRIVER_ROOT
         return
-    lab, bound = work / "driver-root", []
+    # Outside the run's work directory, whose cleanup is an rmtree: only empty directories are removed here, after
+    # their binds are gone, so a bind still mounted (a deadline between mount and remount, a failed umount) keeps
+    # the host's files.
+    lab = Path(tempfile.mkdtemp(prefix="hidden-gpu-driver-root-"))
+    points = [lab / name for name in ("bin", "lib64", "lib") if Path(DRIVER_ROOT, name).is_dir()]
     try:
-        for name in ("bin", "lib64"):
-            (lab / name).mkdir(parents=True)
-            sh("mount", "--bind", f"{DRIVER_ROOT}/{name}", lab / name, check=True)
-            bound.append(lab / name)
-            sh("mount", "-o", "remount,bind,ro", lab / name, check=True)  # the cleanup's rmtree cannot reach through
+        for point in points:
+            point.mkdir()
+            sh("mount", "-o", "bind,ro", f"{DRIVER_ROOT}/{point.name}", point, check=True)
         facts["labDriverRoot"] = str(lab)
         yield str(lab)
     finally:
-        for point in reversed(bound):
+        for point in points:
             sh("umount", "-l", point)
+        for empty in (*points, lab):
+            with contextlib.suppress(OSError):  # a bind still mounted is left, never emptied
+                if not empty.is_mount():
+                    empty.rmdir()
 
 
 def with_driver_root(obj: dict[str, Any], root: str) -> dict[str, Any]:
@@ -295,7 +302,7 @@ def run(carry: Path, out: Path) -> int:
                 shutil.copy(spec_dir / "nvidia.yaml", directory / "nvidia.yaml")
 
             with (
-                driver_root(held.work, facts) as root,
+                driver_root(facts) as root,
                 Node.start(plane, bin_dir, NODE, [uuid], cdi=copy, own_images=node_images, host_cdi=True) as node,
             ):
                 held.node = node
