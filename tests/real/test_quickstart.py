@@ -1,7 +1,7 @@
 """The README's first hidden GPU ("Going live"), its shell block run as written, line for line, against the real
 tier: in a copy of this checkout's files (a fresh clone's stacks/, the same .venv), with HOME, a kubeconfig whose
 context is the README's `admin@mycluster`, and the real Pulumi CLI on PATH. Two stand-ins, each a command on PATH
-ahead of the real one: `python` adds `--record examples/host-record.json` to `host.discover` (the tier has no GPU
+ahead of the real one: `python3` (the GPU node's, with requirements-host.txt: here the project's .venv) adds `--record examples/host-record.json` to `host.discover` (the tier has no GPU
 and no NVML: the recorded host is an 8-GPU server), and `pulumi up` runs the program inline
 (tests/real/quickstart_up.py: the CLI's Python language host is not served). The node's kubelet is kwok."""
 
@@ -47,9 +47,12 @@ def checkout_copy(into: Path) -> None:
 def shims(into: Path) -> None:
     into.mkdir()
     python = ROOT / ".venv" / "bin" / "python"
-    (into / "python").write_text(
-        f'#!/bin/sh\nif [ "$2" = host.discover ]; then exec {python} "$@" --record {RECORD}; fi\nexec {python} "$@"\n'
-    )
+    for name in ("python", "python3"):  # the GPU node's Python, with requirements-host.txt: the project's .venv has it
+        (into / name).write_text(
+            "#!/bin/sh\n"
+            f'if [ "$2" = host.discover ]; then exec {python} "$@" --record {RECORD}; fi\n'
+            f'exec {python} "$@"\n'
+        )
     (into / "pulumi").write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = up ]; then shift; exec {python} -m tests.real.quickstart_up "$@"; fi\n'
@@ -66,18 +69,22 @@ def plane(bin_dir: Path) -> Iterator[ControlPlane]:
         yield started
 
 
+@pytest.mark.timeout(900)  # two renders, stack init and up on 2 cores, past the tier's default
 def test_the_readme_hides_a_first_gpu_as_written(plane: ControlPlane, tmp_path: Path) -> None:
     work, home = tmp_path / "checkout", tmp_path / "home"
     work.mkdir()
     (home / ".kube").mkdir(parents=True)
     checkout_copy(work)
+    # The copy's .venv is the checkout's: make must find it current, or the README's make would reinstall it.
+    current = subprocess.run(["make", "-q", ".venv/.runtime"], cwd=work, capture_output=True, check=False)
+    assert current.returncode == 0, "the checkout's .venv is older than its requirements: run make render first"
     shims(tmp_path / "shims")
     config = yaml.safe_load(plane.kubeconfig("admin").read_text())
     config["contexts"][0]["name"] = config["current-context"] = "admin@mycluster"
     (home / ".kube" / "config").write_text(yaml.safe_dump(config))
     env = {
         "HOME": str(home),
-        "PULUMI_HOME": str(home / ".pulumi"),  # the CLI's own files (credentials): else the user's passwd home
+        "PULUMI_HOME": str(home / ".pulumi"),  # the CLI's own files: else the passwd entry's home, not $HOME
         "PATH": os.pathsep.join([str(tmp_path / "shims"), str(LINKS), "/usr/local/bin", "/usr/bin", "/bin"]),
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
