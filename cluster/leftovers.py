@@ -122,7 +122,7 @@ def _held_by_the_old_allocator(stack: StackConfig, pods: list[dict[str, Any]]) -
 
 
 def _requests_nvidia(pod: dict[str, Any]) -> bool:
-    """Some container asks for a positive amount of an NVIDIA resource, as the guard reads it (guard_rules: limits,
+    """Some container asks for a positive amount of an NVIDIA resource, as the guard reads it (pod_checks: limits,
     where the API server requires an extended resource to be, and POSITIVE_QUANTITY)."""
     spec = pod.get("spec") or {}
     return any(

@@ -6,6 +6,11 @@ from __future__ import annotations
 from common.names import DRA_GROUP, DRA_VERSION
 from components.guard_settings import REQUEST, GuardSettings, Rule, cel
 
+# Claims and templates are judged when created: their spec is immutable (kubernetes v1.36.3
+# pkg/apis/resource/validation/validation.go:116-122, 621-626). And a claim again when the scheduler's status write
+# allocates it or reserves it for one more pod (the subresource `resourceclaims/status`): a claim made while the guard
+# only warned is then never allocated, nor handed to a new pod (issue 40, 1); deallocation passes. Requests through
+# v1beta1/v1beta2 match too (matchPolicy Equivalent, the default), converted to v1.
 CLAIMS_RULE = {
     "apiGroups": [DRA_GROUP],
     "apiVersions": [DRA_VERSION],

@@ -321,11 +321,6 @@ def resource_rule(resources: list[str]) -> dict[str, list[str]]:
     return {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
 
 
-# Claims and templates are judged when created: their spec is immutable (kubernetes v1.36.3
-# pkg/apis/resource/validation/validation.go:116-122, 621-626). And a claim again when the scheduler's status write
-# allocates it or reserves it for one more pod (the subresource `resourceclaims/status`): a claim made while the guard
-# only warned is then never allocated, nor handed to a new pod (issue 40, 1); deallocation passes. Requests through
-# v1beta1/v1beta2 match too (matchPolicy Equivalent, the default), converted to v1.
 def policy_specs(args: GuardSettings) -> tuple[PolicySpec, ...]:
     """The three ValidatingAdmissionPolicies: over pods, over the keys envFrom turns into env, and over the
     DeviceClasses tenants' claims name."""

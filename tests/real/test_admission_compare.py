@@ -1,5 +1,5 @@
 """The admission comparison (e2e.admission_compare) run small, so it keeps measuring what it says: each
-configuration's namespace judged by exactly its policies, the same pod admitted by all six, every dry-run create
+configuration's namespace judged by exactly its policies, the same pod admitted by all seven, every dry-run create
 counted by the plugins' own histograms; e2e.admission_cost's three verdicts. The summary's arithmetic: tests/test_admission_compare.py."""
 
 from __future__ import annotations
