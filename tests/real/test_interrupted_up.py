@@ -10,6 +10,7 @@ pods `up` waits for and, like a kubelet, outlives the API server's death."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -83,7 +84,7 @@ class Sampler(threading.Thread):
             try:
                 hidden = hidden_nodes(self.plane)
                 present = guard_present(self.plane) if hidden else set()
-            except (ApiError, OSError):
+            except (ApiError, OSError, http.client.HTTPException):  # a response cut off by the kill: IncompleteRead
                 continue
             self.samples += 1
             if hidden:
