@@ -18,6 +18,7 @@ import yaml
 
 from common.names import Token
 from offline import package_schema
+from tests.support.checkout import copy_tracked
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -109,11 +110,7 @@ def test_the_plugin_installs_its_own_requirements_and_serves(tmp_path: Path) -> 
     components come from that virtualenv alone: the clone's root is not on sys.path and the checkout's .venv is
     not used; the provider starts and says its port."""
     clone = tmp_path / "clone"
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        if (ROOT / name).is_file():
-            (clone / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, clone / name)
+    copy_tracked(clone)
     plugin = clone / "package"
     manifest = yaml.safe_load((plugin / "PulumiPlugin.yaml").read_text())
     venv = plugin / manifest["runtime"]["options"]["virtualenv"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from common.names import DEFAULT_PLUGIN_NAMESPACE, device_plugin_name
 from e2e.build import LINKS
 from e2e.controlplane import ControlPlane
 from tests.real.conftest import seeded_plane, set_node_status
+from tests.support.checkout import copy_tracked
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORD = ROOT / "examples" / "host-record.json"
@@ -36,11 +36,7 @@ def readme_block() -> str:
 
 def checkout_copy(into: Path) -> None:
     """The checkout's tracked files as they are here (times kept, so make sees .venv as up to date), and its .venv."""
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    for name in filter(None, files.decode().split("\0")):
-        if (ROOT / name).is_file():
-            (into / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, into / name)
+    copy_tracked(into)
     (into / ".venv").symlink_to(ROOT / ".venv")
 
 
