@@ -176,8 +176,27 @@ def clear_plugin_namespace(plane: ControlPlane) -> None:
     """Every DaemonSet earlier modules left in the plugin's namespace (the plugin, the pinned operands) deleted, and
     their pods gone: the module starts from a node without them."""
     plane.request("DELETE", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets")
-    pods = f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods"
-    eventually(lambda: not plane.request("GET", pods)["items"], "no earlier pod in the plugin's namespace")
+    # Their pods deleted here too (graceful: the kubelet confirms), not left to the garbage collector, whose pace is
+    # not this test's: one CI run (2 cores, whole node tier) still had pods here 90 s later.
+    plane.request("DELETE", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")
+    eventually(lambda: no_pods(plane, PLUGIN_NAMESPACE), "no earlier pod in the plugin's namespace")
+
+
+def no_pods(plane: ControlPlane, namespace: str) -> bool:
+    """True when the namespace has no pod; else an AssertionError naming each pod left, its phase, whether it is
+    being deleted and its containers' states: a wait that times out says which pod the kubelet kept, and why."""
+    pods = plane.request("GET", f"/api/v1/namespaces/{namespace}/pods")["items"]
+    if pods:
+        raise AssertionError(
+            "; ".join(
+                f"{p['metadata']['name']} {p.get('status', {}).get('phase')}"
+                f" deleting={p['metadata'].get('deletionTimestamp')}"
+                f" owner={[o['kind'] for o in p['metadata'].get('ownerReferences') or []]}"
+                f" containers={[(s['name'], sorted(s.get('state') or {})) for s in p.get('status', {}).get('containerStatuses') or []]}"
+                for p in pods
+            )
+        )
+    return True
 
 
 def delete_guard(plane: ControlPlane, *, missing_ok: bool = True) -> None:
@@ -279,7 +298,7 @@ def seen(lines: list[str]) -> set[str]:
 def delete_pods(plane: ControlPlane, node: Node) -> None:
     """Delete every tenant pod and wait until the kubelet has stopped them."""
     plane.request("DELETE", f"/api/v1/namespaces/{TENANT}/pods")  # graceful: the kubelet confirms
-    eventually(lambda: not plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods")["items"], "tenant pods deleted")
+    eventually(lambda: no_pods(plane, TENANT), "tenant pods deleted")
 
 
 def allocated(node: Node, pod: dict[str, Any]) -> list[str]:
