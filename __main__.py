@@ -23,8 +23,8 @@ from components import (
 )
 from components.access_guard import guard_args
 from components.hidden_gpu_node import node_args
-from components.node_labels import gpu_device_classes
-from components.stack_claims import exposed_by_node
+from desired.node_labels import gpu_device_classes
+from desired.stack_claims import exposed_by_node
 from offline.sdk import full_config
 from stack_config import InvalidConfigError, device_class_warnings, parse_project_config, quota_warnings
 from stack_config.reviewed import check_reviewed

@@ -7,17 +7,17 @@ from typing import Any
 
 from cluster.live import Check, Live
 from common.names import VOID_POLICY_NAME
-from components.guard_rules import (
+from desired.guard_rules import (
     VALIDATION_ACTIONS,
     namespace_selector,
     void_mutation,
     void_variables,
 )
-from components.guard_settings import GuardSettings, PolicySpec
-from components.node_switches import MATCH as NODE_SWITCHES_MATCH
-from components.node_switches import POLICY_NAME as NODE_SWITCHES
-from components.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS
-from components.node_switches import policy_spec as node_switches_spec
+from desired.guard_settings import GuardSettings, PolicySpec
+from desired.node_switches import MATCH as NODE_SWITCHES_MATCH
+from desired.node_switches import POLICY_NAME as NODE_SWITCHES
+from desired.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS
+from desired.node_switches import policy_spec as node_switches_spec
 
 
 def check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) -> Iterator[Check]:

@@ -25,7 +25,7 @@ from typing import Any
 import cel
 
 from common.names import DRA_UUID_ATTRIBUTE, NVIDIA_RESOURCE_PATTERN
-from components.node_labels import device_selector, gpu_device_classes
+from desired.node_labels import device_selector, gpu_device_classes
 from stack_config import StackConfig
 
 Finding = tuple[str, str, str, str]

@@ -22,9 +22,9 @@ from typing import Any
 from cluster.dra import compiled
 from cluster.live import Check
 from common.names import DEVICE_ENV, NVIDIA_RESOURCE_PATTERN, Allocator
-from components.guard_rules import policy_specs
-from components.guard_settings import GuardSettings, PolicySpec
-from components.pod_checks import POSITIVE_QUANTITY
+from desired.guard_rules import policy_specs
+from desired.guard_settings import GuardSettings, PolicySpec
+from desired.pod_checks import POSITIVE_QUANTITY
 from stack_config import StackConfig
 
 CLEAN = "none"

@@ -15,7 +15,7 @@ from common.names import (
     PART_OF_LABEL,
     STACK_LABEL,
 )
-from components.stack_claims import Claim
+from desired.stack_claims import Claim
 
 OURS = f"{PART_OF_LABEL}={PART_OF}"
 OPERATOR_APPS = (OPERATOR_PLUGIN_APP, *OPERATOR_OPERAND_APPS.values())

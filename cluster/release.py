@@ -51,7 +51,7 @@ from common.names import (
     OPERATOR_NAMESPACE,
     STACK_LABEL,
 )
-from components.stack_claims import Claim
+from desired.stack_claims import Claim
 from stack_config import parse_project_config, read_stack_file
 
 SWITCHES = (DEVICE_PLUGIN_LABEL, *OPERAND_LABELS.values())

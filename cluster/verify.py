@@ -56,9 +56,9 @@ from common.names import (
     Allocator,
     GuardScope,
 )
-from components.guard_rules import policy_specs
-from components.guard_settings import GuardSettings
-from components.node_labels import (
+from desired.guard_rules import policy_specs
+from desired.guard_settings import GuardSettings
+from desired.node_labels import (
     gpu_device_classes,
     node_labels,
     operands_off,
@@ -66,7 +66,7 @@ from components.node_labels import (
     quota_hard,
     runtime_class_of,
 )
-from components.stack_claims import Claim
+from desired.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
 
 

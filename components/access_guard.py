@@ -1,4 +1,4 @@
-"""AccessGuard: the admission policies of components/guard_rules.py, as retained Kubernetes objects."""
+"""AccessGuard: the admission policies of desired/guard_rules.py, as retained Kubernetes objects."""
 
 # No `from __future__ import annotations`: Pulumi's analyzer (package/) reads the annotations as types.
 import typing
@@ -16,7 +16,8 @@ from common.names import (
     VOID_POLICY_NAME,
     Token,
 )
-from components.guard_rules import (
+from components.stack_types import GuardSpec
+from desired.guard_rules import (
     POD_RESOURCES,
     VALIDATION_ACTIONS,
     denial,
@@ -27,12 +28,11 @@ from components.guard_rules import (
     void_mutation,
     void_variables,
 )
-from components.guard_settings import GuardSettings, PolicySpec
-from components.node_labels import gpu_device_classes
-from components.node_switches import POLICY_NAME as NODE_SWITCHES
-from components.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS
-from components.node_switches import policy_spec as node_switches_spec
-from components.stack_types import GuardSpec
+from desired.guard_settings import GuardSettings, PolicySpec
+from desired.node_labels import gpu_device_classes
+from desired.node_switches import POLICY_NAME as NODE_SWITCHES
+from desired.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS
+from desired.node_switches import policy_spec as node_switches_spec
 from stack_config.errors import as_written, validated
 from stack_config.models import GuardConfig, NamespaceName, ObjectName, StackConfig
 

@@ -10,7 +10,7 @@ import pulumi_kubernetes as k8s
 
 from common.names import PART_OF, PART_OF_LABEL, Token
 from components.inputs import derive, validated_input
-from components.node_labels import device_selector
+from desired.node_labels import device_selector
 from stack_config.errors import InvalidInputError, validated
 from stack_config.models import DeviceUuid, ObjectName
 

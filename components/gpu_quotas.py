@@ -6,7 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.names import PART_OF, PART_OF_LABEL, QUOTA_NAME, Token
-from components.node_labels import quota_hard
+from desired.node_labels import quota_hard
 
 
 class GpuQuotasArgs(TypedDict):

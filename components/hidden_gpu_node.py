@@ -28,12 +28,12 @@ from common.names import (
 from components.device_plugin_spec import plugin_config, plugin_metadata, plugin_name, plugin_namespace_of, plugin_spec
 from components.dra_plugin import DraPluginObjects
 from components.inputs import derive, is_plain, validated_input
-from components.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
 from components.node_pods import (
     runtime_scheduling,
 )
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
+from desired.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
 from stack_config.models import (
     AdoptedPluginConfig,

@@ -19,7 +19,7 @@ from common.names import (
     Token,
     stack_record_name,
 )
-from components.stack_claims import record_data
+from desired.stack_claims import record_data
 
 
 class StackRecordArgs(TypedDict):

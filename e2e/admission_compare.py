@@ -41,7 +41,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.names import POLICY_NAME
-from components.pod_checks import FAST_PATH
+from desired.pod_checks import FAST_PATH
 from e2e.admission_bench import bench_plane, create_many, denied, rendered_guard
 from e2e.build import LINKS
 from e2e.controlplane import ControlPlane

@@ -181,7 +181,7 @@ def plugin_nodes_have_label_patch(args: StackValidationArgs, report_violation: R
             )
 
 
-# The one selector shape hidden-gpu's DeviceClasses have (components/node_labels.py device_selector): a driver's
+# The one selector shape hidden-gpu's DeviceClasses have (desired/node_labels.py device_selector): a driver's
 # devices whose uuid attribute is one of a list.
 _UUID_SELECTOR = re.compile(
     r'^device\.driver == ("[^"\\]+") && "uuid" in device\.attributes\[\1\]'

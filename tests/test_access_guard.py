@@ -326,7 +326,7 @@ def test_the_plugins_own_pod_is_admitted_in_its_namespace_only(strategy: str) ->
 def test_mode_sets_every_binding(mode: str, actions: list[str]) -> None:
     run = run_program(guard(mode=mode), "test")
     bindings = run.of_type(Token.ADMISSION_BINDING)
-    # The node-switches policy denies in every mode: it judges no tenant (components/node_switches.py).
+    # The node-switches policy denies in every mode: it judges no tenant (desired/node_switches.py).
     by_mode = [b for b in bindings if b.inputs["metadata"]["name"] != NODE_SWITCHES_POLICY_NAME]
     assert len(by_mode) == 3 and all(b.inputs["spec"]["validationActions"] == actions for b in by_mode)
     assert [b.inputs["spec"]["validationActions"] for b in bindings if b not in by_mode] == [["Deny"]]

@@ -14,8 +14,8 @@ from pulumi_policy.proxy import UnknownValueError
 
 from common.names import NVIDIA_DRA_DRIVER, VISIBLE_DEVICES_ENV, Token, device_plugin_name, runtime_class_name
 from components import GpuDeviceClasses, HiddenGpuNode, StackRecord
-from components.node_labels import device_selector
-from components.stack_claims import record_data
+from desired.node_labels import device_selector
+from desired.stack_claims import record_data
 from offline.program import PatchWithoutNameError, ProgramRun, run_callable, run_program
 from offline.sdk import UNKNOWN
 from policy.rules import RESOURCE_VALIDATORS, plugin_nodes_have_label_patch

@@ -1,4 +1,4 @@
-"""The access guard's fast path (components/pod_checks.py, fast_path) is a shortcut and nothing more: generated pods
+"""The access guard's fast path (desired/pod_checks.py, fast_path) is a shortcut and nothing more: generated pods
 and `kubectl debug` updates get the same verdict and messages with it as with it switched off, and each of its checks
 is needed (without any one of them a route of tests/support/routes.py gets past the rule it must meet, so a fast path
 that misses a check fails here)."""
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components import pod_checks
-from components.guard_settings import GuardSettings
-from components.pod_checks import FAST_PATH, container_checks, fast_path
+from desired import pod_checks
+from desired.guard_settings import GuardSettings
+from desired.pod_checks import FAST_PATH, container_checks, fast_path
 from offline.program import ProgramRun
 from stack_config.load import parse_project_config
 from tests.support.examples import examples

@@ -17,7 +17,7 @@ from common.names import (
     OPERANDS_OFF_ANNOTATION,
     Token,
 )
-from components.node_switches import policy_spec
+from desired.node_switches import policy_spec
 from offline.program import run_program
 from tests.support.guard import evaluate
 from tests.support.stacks import valid_config

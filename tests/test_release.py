@@ -13,7 +13,7 @@ import pytest
 from cluster import release
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from common.names import DEVICE_PLUGIN_LABEL, FIELD_MANAGER, NODE_LABEL, OPERAND_LABELS, STACK_LABEL
-from components.stack_claims import exposed_by_node, record_data
+from desired.stack_claims import exposed_by_node, record_data
 from stack_config import NodeConfig
 from tests.support import fake_apiserver
 from tests.support.fake_apiserver import Cluster, managed_fields, node, serve

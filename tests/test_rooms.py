@@ -122,9 +122,20 @@ def test_full_config_merges_the_environment_and_the_run_request(monkeypatch: pyt
 
 def test_the_tree_says_where_code_runs() -> None:
     rooms = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
-    assert {"components", "stacks", "tests", "offline", "cluster", "host", "common", "stack_config", "policy"} <= rooms
+    assert {
+        "components",
+        "desired",
+        "stacks",
+        "tests",
+        "offline",
+        "cluster",
+        "host",
+        "common",
+        "stack_config",
+        "policy",
+    } <= rooms
     assert not (ROOT / "tools").exists()
-    for room in ("offline", "cluster", "host", "common"):
+    for room in ("offline", "cluster", "host", "common", "desired"):
         doc = importlib.import_module(room).__doc__
         assert doc, f"{room}/__init__.py must say where its code runs"
 
@@ -164,7 +175,7 @@ def test_our_proto_states_the_kubelets_wire_format() -> None:
         assert {f.name: f.number for f in descriptor.fields} == fields
 
 
-PRODUCT_ROOMS = ("common", "stack_config", "components", "offline", "cluster", "host", "policy", "package")
+PRODUCT_ROOMS = ("common", "stack_config", "desired", "components", "offline", "cluster", "host", "policy", "package")
 
 
 def _our_imports(path: Path) -> set[str]:
@@ -244,3 +255,26 @@ def test_the_cluster_tools_do_not_load_pulumi() -> None:
     check = "import sys, cluster.verify, cluster.release; print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_kubernetes')))"
     result = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.subprocess
+def test_the_desired_state_loads_no_pulumi() -> None:
+    """desired/ computes the objects without Pulumi: the cluster tools and the policy pack read it without loading
+    the SDK, and a component is what adds resource options around it."""
+    modules = sorted(f"desired.{p.stem}" for p in (ROOT / "desired").glob("*.py") if p.stem != "__init__")
+    code = BLOCKER.format(forbidden=("pulumi", "pulumi_kubernetes"), modules=modules)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_components_hold_only_resources_and_the_tools_read_desired() -> None:
+    """Every module of components/ imports Pulumi (a plain one belongs in desired/), and neither the cluster tools
+    nor desired/ import components/: no lazy importer is needed to keep Pulumi out of `cluster.verify`."""
+    plain = [p.name for p in (ROOT / "components").glob("*.py") if p.stem != "__init__" and "pulumi" not in
+             {m.split(".")[0] for m in imports_of(p)}]  # fmt: skip
+    assert plain == [], f"plain modules in components/ (move them to desired/): {plain}"
+    for room in ("cluster", "desired", "host", "stack_config", "common"):
+        for path in (ROOT / room).rglob("*.py"):
+            reached = sorted(m for m in imports_of(path) if m.split(".")[0] == "components")
+            assert reached == [], f"{path.relative_to(ROOT)} imports {reached}"

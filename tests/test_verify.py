@@ -23,7 +23,7 @@ from common.names import (
     Token,
     plugin_labels,
 )
-from components.node_labels import node_labels, operands_off, pinned_operands
+from desired.node_labels import node_labels, operands_off, pinned_operands
 from offline.bench import synthetic_stack
 from offline.program import run_program
 from stack_config import parse_project_config, read_stack_file

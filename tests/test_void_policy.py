@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from common.names import VISIBLE_DEVICES_ENV, VOID_POLICY_NAME, Token, runtime_class_name
-from components.guard_rules import CONTAINER_KINDS
+from desired.guard_rules import CONTAINER_KINDS
 from offline import render
 from offline.program import ProgramRun, run_program
 from tests.support.examples import examples

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 
 from common.names import GuardMode, GuardScope
-from components.node_labels import gpu_device_classes
+from desired.node_labels import gpu_device_classes
 from stack_config.models import GuardConfig, StackConfig
 
 # How a denial tells a tenant to get a GPU the allowed way.

@@ -4,7 +4,7 @@ how. Plain data (no Pulumi)."""
 from __future__ import annotations
 
 from common.names import DRA_GROUP, DRA_VERSION
-from components.guard_settings import REQUEST, GuardSettings, Rule, cel
+from desired.guard_settings import REQUEST, GuardSettings, Rule, cel
 
 # Claims and templates are judged when created: their spec is immutable (kubernetes v1.36.3
 # pkg/apis/resource/validation/validation.go:116-122, 621-626). And a claim again when the scheduler's status write

@@ -34,10 +34,10 @@ from common.names import (
     VISIBLE_DEVICES_ENV,
     GuardMode,
 )
-from components.claim_rules import CLAIMS_RULE, claim_rules, claim_variables
-from components.guard_scope import entering_scope, scope_conditions
-from components.guard_settings import REQUEST, GuardSettings, PolicySpec, Rule, cel
-from components.pod_checks import (
+from desired.claim_rules import CLAIMS_RULE, claim_rules, claim_variables
+from desired.guard_scope import entering_scope, scope_conditions
+from desired.guard_settings import REQUEST, GuardSettings, PolicySpec, Rule, cel
+from desired.pod_checks import (
     FAST_PATH,
     adds_only,
     device_prefix,

@@ -17,7 +17,7 @@ from common.names import (
     TOOLKIT_FEATURE_ENV,
     VISIBLE_DEVICES_ENV,
 )
-from components.guard_settings import GuardSettings, cel
+from desired.guard_settings import GuardSettings, cel
 
 # Separators filepath.Clean folds into one "/": repeated slashes and "." segments.
 _SEPARATOR = r"/(\.?/)*"

@@ -28,7 +28,7 @@ from common.names import (
     OPERANDS_OFF_ANNOTATION,
     PROJECT,
 )
-from components.guard_settings import cel
+from desired.guard_settings import cel
 
 # Every operand hidden-gpu may hold off, as named after the prefix (the record's spelling).
 OPERANDS = tuple(label.removeprefix(DEPLOY_LABEL_PREFIX) for label in (DEVICE_PLUGIN_LABEL, *OPERAND_LABELS.values()))
