@@ -17,13 +17,11 @@ import argparse
 import contextlib
 import hashlib
 import json
-import lzma
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -31,19 +29,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from e2e.gpu_pack import pack_gpu_host
+
 HERE = Path(__file__).resolve().parent
 MODULES = HERE / "go"
 LINKS = HERE / ".bin"
-GPU_CARRY = HERE / ".gpu" / "node"
-"""The GPU host run's carry (git-ignored; e2e/.gpu itself holds `make gpu-runtime-bin`'s): the node set packed,
-and what e2e/gpu_node_run.py adds."""
-# The GPU host's programs, in the packed stream's order: like programs side by side, so that LZMA2's dictionary
-# finds what they share (the Go runtime, gRPC, protobuf) once.
-NODESET = (
-    "containerd", "ctr", "containerd-shim-runc-v2", "nvidia-container-runtime", "nvidia-ctk", "nvidia-cdi-hook",
-    "runc", "pause", "hidden-gpu-host", "hidden-gpu-test-dra-plugin",
-)  # fmt: skip
-NODESET_FILE = "nodeset.tar.xz"
 CACHE = Path(os.environ.get("HIDDEN_GPU_E2E_CACHE", Path.home() / ".cache/hidden-gpu/e2e"))
 # The whole cold build's Go caches took 25 GB here (docs/measurements/cold-ci-minors-2core.json), the largest group
 # (k8s) about a third of that: refuse to start a group's build that cannot finish.
@@ -294,46 +284,49 @@ def _provider_workspace(group: Group, src: Path, version: str) -> Path:  # the g
     return src / "go.work"
 
 
-def pack_gpu_host(targets: dict[str, Path], into: Path = GPU_CARRY) -> Path:
-    """NODESET as one tar in one xz stream: the x86 BCJ filter, then LZMA2 at preset 9 with a 256 MiB dictionary
-    (it spans several binaries; unpacking needs that much memory). The device machine carries 64 MiB with the
-    repository and has no `xz`: Python's lzma reads it there. Also `nodeset.json`: each group's version and
-    each program's sha256. Packed again only when a group's cache key changed (the stamp)."""
-    into.mkdir(parents=True, exist_ok=True)
-    archive, stamp = into / NODESET_FILE, into / "nodeset.json"
-    groups = {g.name: targets[g.name] for g in GROUPS if any(n in g.binaries for n in NODESET)}
-    wanted = {name: str(target) for name, target in sorted(groups.items())}
-    if archive.exists() and stamp.exists() and json.loads(stamp.read_text()).get("cache") == wanted:
-        print(f"gpu host: packed {archive} ({archive.stat().st_size / 2**20:.1f} MiB)")
-        return archive
+def prefetch(groups: list[Group]) -> threading.Thread:
+    """Download, in the background and in build order, the modules (and Go toolchain) each group's packages need:
+    `go list -deps` fetches exactly those without compiling, so the network's time overlaps the group building
+    before it instead of adding to it. Best effort: a failure here is met again, and reported, by the build."""
+
+    def fetch() -> None:
+        for group in groups:
+            flags = ["-tags", group.tags] if group.tags else []
+            with contextlib.suppress(subprocess.CalledProcessError):
+                go("list", "-e", "-deps", *flags, *group.binaries.values(), cwd=MODULES / group.name, env=group.env())
+
+    thread = threading.Thread(target=fetch, name="prefetch", daemon=True)
+    thread.start()
+    return thread
+
+
+def build_missing(group: Group, target: Path) -> int:
+    """Build one group not cached yet: 0, or main's exit status with one line saying why on stderr (3: disk space,
+    2: a Debian package missing, 1: the go command failed)."""
+    if shutil.disk_usage(CACHE).free < NEEDED_FREE_BYTES:
+        print(f"e2e.build: less than {NEEDED_FREE_BYTES >> 30} GiB free under {CACHE}", file=sys.stderr)
+        return 3
     started = time.monotonic()
-    where = {name: target / name for target in groups.values() for name in NODESET if (target / name).exists()}
-    filters = [{"id": lzma.FILTER_X86}, {"id": lzma.FILTER_LZMA2, "preset": 9, "dict_size": 256 * 2**20}]
-    partial = archive.with_suffix(".partial")
-    with (
-        lzma.open(partial, "wb", format=lzma.FORMAT_XZ, filters=filters) as xz,
-        tarfile.open(fileobj=xz, mode="w") as tar,
-    ):
-        for name in NODESET:
-            info = tar.gettarinfo(str(where[name]), arcname=name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with where[name].open("rb") as handle:
-                tar.addfile(info, handle)
-    os.replace(partial, archive)
-    versions = {name: (target / "VERSION").read_text().split()[1] for name, target in groups.items()}
-    sums = {name: hashlib.sha256(where[name].read_bytes()).hexdigest() for name in NODESET}
-    stamp.write_text(json.dumps({"cache": wanted, "versions": versions, "sha256": sums}, indent=1) + "\n")
-    size = sum(path.stat().st_size for path in where.values())
-    print(f"gpu host: packed {size / 2**20:.1f} MiB into {archive} ({archive.stat().st_size / 2**20:.1f} MiB) "
-          f"in {time.monotonic() - started:.0f} s", flush=True)  # fmt: skip
-    return archive
+    if (problem := ensure_debian(group)) is not None:
+        print(f"e2e.build: {problem}", file=sys.stderr)
+        return 2
+    try:
+        with progress(group.name):
+            build(group, target)
+    except subprocess.CalledProcessError as error:  # what failed, once, with go's last word
+        command = " ".join(str(part) for part in error.cmd[:3])
+        said = (error.stderr or "").strip().splitlines()[-1:] if isinstance(error.stderr, str) else []
+        print(f"e2e.build: {group.name}: `{command} ...` failed ({error.returncode}) {' '.join(said)}", file=sys.stderr)
+        return 1
+    print(f"{group.name}: built in {time.monotonic() - started:.0f} s -> {target}", flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
     arguments.add_argument(
-        "--gpu-host", action="store_true", help=f"only the GPU host's binaries, packed into {GPU_CARRY}/{NODESET_FILE}"
+        "--gpu-host", action="store_true", help="only the GPU host's binaries, packed into e2e/.gpu/node/nodeset.tar.xz"
     )
     args = arguments.parse_args(argv)
     if shutil.which("go") is None:
@@ -348,30 +341,17 @@ def main(argv: list[str] | None = None) -> int:
         if (g.gpu_host or g.name in GPU_HOST_TOO if args.gpu_host else g.name not in GPU_HOST_ONLY)
     ]  # fmt: skip
     for group in wanted:
-        target = targets[group.name] = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
+        targets[group.name] = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
+    if not args.check:
+        prefetch([g for g in wanted if not targets[g.name].is_dir()])
+    for group in wanted:
+        target = targets[group.name]
         if not target.is_dir():
             missing.append(group.name)
             if args.check:
                 continue
-            if shutil.disk_usage(CACHE).free < NEEDED_FREE_BYTES:
-                print(f"e2e.build: less than {NEEDED_FREE_BYTES >> 30} GiB free under {CACHE}", file=sys.stderr)
-                return 3
-            started = time.monotonic()
-            if (problem := ensure_debian(group)) is not None:
-                print(f"e2e.build: {problem}", file=sys.stderr)
-                return 2
-            try:
-                with progress(group.name):
-                    build(group, target)
-            except subprocess.CalledProcessError as error:  # what failed, once, with go's last word
-                command = " ".join(str(part) for part in error.cmd[:3])
-                said = (error.stderr or "").strip().splitlines()[-1:] if isinstance(error.stderr, str) else []
-                print(
-                    f"e2e.build: {group.name}: `{command} ...` failed ({error.returncode}) {' '.join(said)}",
-                    file=sys.stderr,
-                )
-                return 1
-            print(f"{group.name}: built in {time.monotonic() - started:.0f} s -> {target}", flush=True)
+            if status := build_missing(group, target):
+                return status
         else:
             print(f"{group.name}: cached {target}")
         for name in group.binaries:
@@ -382,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"e2e.build: not cached: {', '.join(missing)}", file=sys.stderr)
         return 1
     if args.gpu_host and not args.check:
-        pack_gpu_host(targets)
+        pack_gpu_host({g.name: (targets[g.name], tuple(g.binaries)) for g in wanted})
     return 0
 
 

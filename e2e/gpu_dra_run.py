@@ -36,7 +36,6 @@ from typing import Any
 
 from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_PLUGIN_NAME, NVIDIA_DRA_DRIVER, PLUGIN_NAME_LABEL
 from e2e import images
-from e2e.build import GPU_CARRY, NODESET_FILE
 from e2e.controlplane import ControlPlane, naming
 from e2e.gpu_node_run import (
     NODE,
@@ -54,6 +53,7 @@ from e2e.gpu_node_run import (
     sh,
     unpack_nodeset,
 )
+from e2e.gpu_pack import GPU_CARRY, NODESET_FILE
 from e2e.images import Image
 from e2e.node import Node, claim_results, dra_devices, on_host_network, using_claim
 

@@ -50,8 +50,9 @@ import yaml
 
 from common.names import NVIDIA_DRA_DRIVER, PLUGIN_NAME, PLUGIN_NAME_LABEL
 from e2e import images
-from e2e.build import GPU_CARRY, LINKS, NODESET_FILE
+from e2e.build import LINKS
 from e2e.controlplane import ControlPlane, poll
+from e2e.gpu_pack import GPU_CARRY, NODESET_FILE
 from e2e.images import Image
 from e2e.node import (
     CHECKPOINT,
