@@ -31,7 +31,7 @@ def fleet(plane: ControlPlane) -> list[str]:
     return names
 
 
-# Adding the fleet, up, preview and destroy of 100 nodes: 150-200 s on a loaded 2-core runner, near the tier's 300.
+# Adding the fleet, up, preview and destroy of 100 nodes: about 100 s on a 2-core runner.
 def all_placed(plane: ControlPlane, path: str) -> list[dict[str, Any]]:
     """The pods at `path` once there is one per node."""
     pods: list[dict[str, Any]] = plane.request("GET", path)["items"]
@@ -40,7 +40,12 @@ def all_placed(plane: ControlPlane, path: str) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(900)
 def test_a_hundred_nodes(plane: ControlPlane, fleet: list[str], tmp_path: Path) -> None:
-    config: dict[str, Any] = synthetic_stack(NODES) | {
+    config: dict[str, Any] = synthetic_stack(NODES)
+    # One DaemonSet per node, the shape of docs/performance.md's table: the pinned exporter (the default) doubles
+    # what the engine awaits and CI's time with it, and scale adds nothing to it that the other tests do not run.
+    for node in config["hidden-gpu:nodes"]:
+        node["operands"] = {"dcgmExporter": False}
+    config |= {
         "kubernetes:kubeconfig": str(plane.kubeconfig("admin")),
         "kubernetes:context": "admin@e2e",
         "hidden-gpu:quotas": {"ml-training": 8},
@@ -52,14 +57,14 @@ def test_a_hundred_nodes(plane: ControlPlane, fleet: list[str], tmp_path: Path) 
     times = Stopwatch("scale")
     up = times.timed(f"up, {NODES} nodes", stack.up)
     assert (up.summary.resource_changes or {}).get(OpType.CREATE, 0) >= 4 * NODES
-    # Each node's plugin and its pinned dcgm-exporter (the default where a GPU is exposed), on that node alone.
-    for name in ("nvidia-device-plugin", "dcgm-exporter"):
-        path = f"/api/v1/namespaces/{FLEET_NAMESPACE}/pods?labelSelector=app.kubernetes.io/name%3D{name}"
-        pods = eventually(partial(all_placed, plane, path), what=f"{NODES} {name} pods")
-        assert sorted((p["metadata"]["labels"][INSTANCE_LABEL], p["spec"]["nodeName"]) for p in pods) == [
-            (n, n) for n in fleet
-        ]
-        assert all(p["status"].get("phase") == "Running" for p in pods)  # kwok ran them, as `up`'s await needed
+    # Each node's plugin on that node alone, and no other pod in the namespace.
+    path = f"/api/v1/namespaces/{FLEET_NAMESPACE}/pods?labelSelector=app.kubernetes.io/name%3Dnvidia-device-plugin"
+    pods = eventually(partial(all_placed, plane, path), what=f"{NODES} plugin pods")
+    assert sorted((p["metadata"]["labels"][INSTANCE_LABEL], p["spec"]["nodeName"]) for p in pods) == [
+        (n, n) for n in fleet
+    ]
+    assert all(p["status"].get("phase") == "Running" for p in pods)  # kwok ran them, as `up`'s await needed
+    assert len(plane.request("GET", f"/api/v1/namespaces/{FLEET_NAMESPACE}/pods")["items"]) == NODES
     times.timed(f"preview, {NODES} nodes, no change", lambda: stack.preview(expect_no_changes=True))
     times.timed(f"destroy, {NODES} nodes", stack.destroy)
     hidden = [
