@@ -34,7 +34,9 @@ from desired.node_switches import POLICY_NAME as NODE_SWITCHES
 from desired.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS
 from desired.node_switches import policy_spec as node_switches_spec
 from stack_config.errors import as_written, validated
-from stack_config.models import GuardConfig, NamespaceName, ObjectName, StackConfig
+from stack_config.guard_config import GuardConfig
+from stack_config.models import StackConfig
+from stack_config.values import NamespaceName, ObjectName
 
 
 def _rule(rule: dict[str, list[str]]) -> k8s.admissionregistration.v1.NamedRuleWithOperationsArgs:

@@ -12,7 +12,7 @@ from common.names import PART_OF, PART_OF_LABEL, Token
 from components.inputs import derive, validated_input
 from desired.node_labels import device_selector
 from stack_config.errors import InvalidInputError, validated
-from stack_config.models import DeviceUuid, ObjectName
+from stack_config.values import DeviceUuid, ObjectName
 
 
 class GpuDeviceClassesArgs(TypedDict):

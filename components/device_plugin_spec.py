@@ -28,7 +28,8 @@ from common.names import (
 )
 from components.inputs import derive
 from components.node_pods import device_requests, node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
-from stack_config.models import AdoptedPluginConfig, DevicePluginConfig, NodeConfig
+from stack_config.node_config import AdoptedPluginConfig, NodeConfig
+from stack_config.plugin_config import DevicePluginConfig
 
 # Checks of the security scan (make scan) that the plugin deliberately does not meet.
 SCAN_EXCEPTIONS = {

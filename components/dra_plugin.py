@@ -33,7 +33,8 @@ from common.names import (
 )
 from components.inputs import derive
 from components.node_pods import device_requests, downward, node_pod_spec, scan_exceptions, unprivileged
-from stack_config.models import DevicePluginConfig, NodeConfig
+from stack_config.node_config import NodeConfig
+from stack_config.plugin_config import DevicePluginConfig
 
 # The plugin's data directory: its socket, checkpoint and the copy of nvidia-cdi-hook its CDI specs name.
 PLUGIN_DIR = f"{KUBELET_PLUGINS}/{NVIDIA_DRA_DRIVER}"

@@ -35,15 +35,10 @@ from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from desired.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
-from stack_config.models import (
-    AdoptedPluginConfig,
-    DevicePluginConfig,
-    DraConfig,
-    ImageRef,
-    NodeConfig,
-    NodeName,
-    OperandsConfig,
-)
+from stack_config.models import DraConfig
+from stack_config.node_config import AdoptedPluginConfig, NodeConfig, OperandsConfig
+from stack_config.plugin_config import DevicePluginConfig
+from stack_config.values import ImageRef, NodeName
 
 EMPTY_OUTPUT = (
     "an Output that turned out empty: the plugin was declared before it was known (whether a node runs one decides "

@@ -16,7 +16,8 @@ from common.names import (
     DeviceListStrategy,
     plugin_config_name,
 )
-from stack_config.models import DevicePluginConfig, NodeConfig
+from stack_config.node_config import NodeConfig
+from stack_config.plugin_config import DevicePluginConfig
 
 
 def on_node(node_name: str) -> k8s.core.v1.AffinityArgs:

@@ -25,7 +25,8 @@ from common.names import (
 )
 from components.inputs import derive
 from components.node_pods import downward, node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
-from stack_config.models import DevicePluginConfig, NodeConfig
+from stack_config.node_config import NodeConfig
+from stack_config.plugin_config import DevicePluginConfig
 
 GFD = PINNED_OPERANDS["gpu_feature_discovery"]
 DCGM_EXPORTER = PINNED_OPERANDS["dcgm_exporter"]

@@ -8,7 +8,7 @@ import pulumi_kubernetes as k8s
 
 from common.names import PATCH_FORCE_ANNOTATION, Token
 from stack_config.errors import validated
-from stack_config.models import ObjectName
+from stack_config.values import ObjectName
 
 TOOLKIT_ENV = {
     # Unprivileged containers no longer get GPUs from NVIDIA_VISIBLE_DEVICES, so an image's own

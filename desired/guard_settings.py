@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from common.names import GuardMode, GuardScope
 from desired.node_labels import gpu_device_classes
-from stack_config.models import GuardConfig, StackConfig
+from stack_config.guard_config import GuardConfig
+from stack_config.models import StackConfig
 
 # How a denial tells a tenant to get a GPU the allowed way.
 REQUEST = "request one with resources.limits['nvidia.com/gpu'] (or a .shared or mig- resource)"

@@ -19,7 +19,8 @@ from common.names import (
     OperandMode,
     dra_quota_key,
 )
-from stack_config.models import NodeConfig, OperandsConfig, StackConfig
+from stack_config.models import StackConfig
+from stack_config.node_config import NodeConfig, OperandsConfig
 
 
 def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:

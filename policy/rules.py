@@ -39,7 +39,7 @@ from common.names import (
     Token,
     dra_plugin_name,
 )
-from stack_config.models import GPU_UUID, MIG_UUID
+from stack_config.values import GPU_UUID, MIG_UUID
 
 
 def _pod_spec(props: Mapping[str, Any]) -> Mapping[str, Any]:

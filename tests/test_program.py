@@ -320,7 +320,9 @@ def test_pulumis_analyzer_infers_a_schema_for_every_component() -> None:
 
     from offline.component_types import spec_name  # noqa: PLC0415
     from package.__main__ import COMPONENTS  # noqa: PLC0415
-    from stack_config.models import DevicePluginConfig, GuardConfig, NodeConfig  # noqa: PLC0415
+    from stack_config.guard_config import GuardConfig  # noqa: PLC0415
+    from stack_config.node_config import NodeConfig  # noqa: PLC0415
+    from stack_config.plugin_config import DevicePluginConfig  # noqa: PLC0415
 
     declared = {v.rsplit(":", 1)[1] for k, v in vars(Token).items() if k.isupper() and v.startswith(f"{PROJECT}:")}
     assert {c.__name__ for c in COMPONENTS} == declared
@@ -365,7 +367,7 @@ def test_a_component_input_is_judged_by_the_stack_models() -> None:
     """What package/'s provider hands a component: numbers arrive as doubles (google.protobuf.Value), and a
     refused value is named by its input path, not as a key of our config namespace."""
     from stack_config.errors import InvalidInputError, validated  # noqa: PLC0415
-    from stack_config.models import NodeConfig  # noqa: PLC0415
+    from stack_config.node_config import NodeConfig  # noqa: PLC0415
 
     node = {"name": "gpu-node-01", "exposedGpus": [EXPOSED], "timeSlicing": {"replicas": 2.0}}
     assert validated(NodeConfig, node, ("node",)).time_slicing.replicas == 2
