@@ -37,15 +37,12 @@ from typing import Any
 from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_PLUGIN_NAME, NVIDIA_DRA_DRIVER, PLUGIN_NAME_LABEL
 from e2e import images
 from e2e.controlplane import ControlPlane, naming
-from e2e.gpu_node_run import (
+from e2e.gpu_device import collect_logs, device_main, device_run
+from e2e.gpu_host import (
     NODE,
     PLACEHOLDER,
     TENANT,
-    Run,
     cdi_writer,
-    collect_logs,
-    device_main,
-    device_run,
     host_facts,
     libraries,
     nvml,
@@ -53,6 +50,7 @@ from e2e.gpu_node_run import (
     sh,
     unpack_nodeset,
 )
+from e2e.gpu_node_phases import Run
 from e2e.gpu_pack import GPU_CARRY, NODESET_FILE
 from e2e.images import Image
 from e2e.node import Node, claim_results, dra_devices, on_host_network, using_claim
@@ -89,11 +87,11 @@ def stack(exposed: bool) -> dict[str, Any]:
 
 
 def prepare(plugin_xz: Path) -> int:
-    from e2e import gpu_node_run  # noqa: PLC0415 (prepare needs Go and the render; `run` does not)
+    from e2e import gpu_node_prepare  # noqa: PLC0415 (prepare needs Go and the render; `run` does not)
     from offline.render import render  # noqa: PLC0415
     from tests.support.stacks import write_stack  # noqa: PLC0415
 
-    if (code := gpu_node_run.prepare(gpu_node_run.SHARED_PLUGIN)) != 0:
+    if (code := gpu_node_prepare.prepare(gpu_node_prepare.SHARED_PLUGIN)) != 0:
         return code
     shutil.rmtree(CARRY, ignore_errors=True)
     CARRY.mkdir(parents=True)

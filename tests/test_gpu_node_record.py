@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from e2e import gpu_node_run
+from e2e import gpu_host, gpu_node_run
 
 RECORD = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "h200-real-node.json"
 
@@ -19,7 +19,7 @@ def test_the_record_shows_the_routes_as_the_docs_table_does() -> None:
     table = gpu_node_run.summary(result)
     defaults, hardened = table["defaults"], table["hardened"]
     for setting in (defaults, hardened):
-        assert setting["plugin RegisteredDevices"] == {gpu_node_run.GPU: [uuid]}
+        assert setting["plugin RegisteredDevices"] == {gpu_host.GPU: [uuid]}
         assert setting["allocated"]["allocated"] == setting["allocated"]["seen"] == [uuid]
         assert setting["second"]["reason"] == "UnexpectedAdmissionError"
         assert setting["void"]["seen"] == []
