@@ -23,7 +23,7 @@ import yaml
 
 from common.cli import EXIT_FINDING, EXIT_OK, UsageError, can_print, parser, read_regular_file, run, shown_path
 from common.names import GRAPH_FILE, INSTANCE_LABEL, VISIBLE_DEVICES_ENV
-from stack_config.load import too_deep
+from stack_config.stack_yaml import too_deep
 
 _ABSENT = object()
 NO_CHANGES = "no changes"

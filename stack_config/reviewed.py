@@ -17,8 +17,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from common.names import PROJECT, STACK_FILE_ENV
 from stack_config.errors import ConfigError, InvalidConfigError
-from stack_config.load import PREFIX, parse_project_config, read_stack_file
+from stack_config.load import parse_project_config, read_stack_file
 from stack_config.models import StackConfig
+from stack_config.stack_yaml import PREFIX
 
 # Stacks the offline harness (offline/program.py) is running, in-process, from a stack file's config
 # map: the handed config *is* the file's. Nothing outside the process (environment, flags) can add one.

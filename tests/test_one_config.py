@@ -15,8 +15,8 @@ import yaml
 from common.cli import EXIT_USAGE
 from offline import render
 from stack_config import InvalidConfigError, parse_project_config
-from stack_config.load import cli_reading
 from stack_config.reviewed import check_reviewed, project_config_problems
+from stack_config.stack_yaml import cli_reading
 from tests.support.stacks import CLUSTER_YAML, valid_config, write_stack
 
 NODES = "  hidden-gpu:nodes: [{name: n, exposedGpus: []}]\n"
