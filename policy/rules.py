@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pulumi_policy import (
     Policy,
     ReportViolation,
@@ -23,7 +21,6 @@ from common.names import (
     DRA_PLUGIN_IMAGE_NAMES,
     DRA_PLUGIN_NAME,
     DRA_PLUGIN_RULES,
-    ENV_KEYS_POLICY_NAME,
     KUBELET_DEVICE_PLUGINS,
     KUBELET_PLUGINS_REGISTRY,
     OPERATOR_RUNTIME_CLASSES,
@@ -31,7 +28,6 @@ from common.names import (
     PLUGIN_IMAGE_NAME,
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
-    POLICY_NAME,
     PROJECT,
     SYS_ADMIN_CAPABILITIES,
     VISIBLE_DEVICES_ENV,
@@ -39,6 +35,7 @@ from common.names import (
     Token,
     dra_plugin_name,
 )
+from policy.guard import guard_enforcing_where_listed, guard_present_and_failing_closed
 from stack_config.values import GPU_UUID, MIG_UUID
 
 
@@ -289,71 +286,6 @@ def only_known_types(args: ResourceValidationArgs, report_violation: ReportViola
         report_violation(f"{args.resource_type} is not a type hidden-gpu creates", None)
 
 
-def _named(resources: list[Any], resource_type: str) -> dict[str, Any]:
-    return {str((r.props.get("metadata") or {}).get("name")): r for r in resources if r.resource_type == resource_type}
-
-
-def guard_present_and_failing_closed(args: StackValidationArgs, report_violation: ReportViolation) -> None:
-    """Both admission policies and their bindings, failing closed and bound to every namespace, and each
-    binding either denying or warning and auditing: never a stack without its guard, or one that only logs."""
-    policies, bindings = _named(args.resources, Token.ADMISSION_POLICY), _named(args.resources, Token.ADMISSION_BINDING)
-    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME):
-        policy, binding = policies.get(name), bindings.get(name)
-        if policy is None or binding is None:
-            report_violation(f"the access guard's {'policy' if policy is None else 'binding'} {name} is missing", None)
-            continue
-        if (policy.props.get("spec") or {}).get("failurePolicy") != "Fail":
-            report_violation(f"ValidatingAdmissionPolicy {name} must fail closed (failurePolicy: Fail)", policy.urn)
-        spec = binding.props.get("spec") or {}
-        actions = sorted(spec.get("validationActions") or [])
-        if actions not in (["Deny"], ["Audit", "Warn"]):
-            report_violation(
-                f"binding {name}: validationActions {actions} neither deny nor warn and audit", binding.urn
-            )
-        scope = {k: v for k, v in (spec.get("matchResources") or {}).items() if v not in ({}, None, "Equivalent")}
-        if scope:
-            report_violation(
-                f"binding {name} is narrowed ({', '.join(sorted(scope))}): it must bind every namespace", binding.urn
-            )
-
-
-ENFORCING_STACKS_FILE = Path(__file__).resolve().parent / "enforcing-stacks.yaml"
-
-
-def enforcing_stacks(path: Path | None = None) -> frozenset[str]:
-    """The stacks policy/enforcing-stacks.yaml lists. A file that does not read as a list of names fails the
-    preview (the pack's own error), rather than judging every stack as one that may warn."""
-    path = path or ENFORCING_STACKS_FILE
-    listed = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stacks")
-    if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
-        raise ValueError(f"{path}: `stacks` must be a list of stack names, not {listed!r}")
-    return frozenset(listed)
-
-
-def _stack_of(urn: str) -> str:
-    """The stack a URN names: urn:pulumi:<stack>::<project>::<type>::<name>."""
-    return urn.split("::", 1)[0].removeprefix("urn:pulumi:")
-
-
-def guard_enforcing_where_listed(args: StackValidationArgs, report_violation: ReportViolation) -> None:
-    """A stack policy/enforcing-stacks.yaml lists must deny: its stack file cannot switch the guard to warn or
-    audit, nor a broken program bind it so, without the list changing first."""
-    stacks = {_stack_of(r.urn) for r in args.resources if r.urn.startswith("urn:pulumi:")}
-    listed = sorted(stacks & enforcing_stacks())
-    if not listed:
-        return
-    bindings = _named(args.resources, Token.ADMISSION_BINDING)
-    for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME):
-        binding = bindings.get(name)
-        actions = sorted(((binding.props.get("spec") or {}) if binding else {}).get("validationActions") or [])
-        if actions != ["Deny"]:
-            report_violation(
-                f"stack {listed[0]} is listed in policy/enforcing-stacks.yaml: binding {name} must deny "
-                f"(validationActions ['Deny'], guard mode enforce), not {actions}",
-                binding.urn if binding else None,
-            )
-
-
 Validator = Callable[[ResourceValidationArgs, ReportViolation], None]
 RESOURCE_VALIDATORS: dict[str, tuple[str, Validator]] = {
     "device-plugin-unprivileged": (
@@ -395,7 +327,7 @@ STACK_VALIDATORS = {
         one_allocator_per_gpu,
     ),
     "access-guard-present-and-failing-closed": (
-        "Both guard policies and bindings exist, fail closed, bind every namespace, and deny (or warn and audit).",
+        "The guard's four policies and bindings exist, fail closed, bind every namespace, deny (or warn and audit).",
         guard_present_and_failing_closed,
     ),
     "access-guard-enforcing-where-listed": (

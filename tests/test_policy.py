@@ -13,10 +13,17 @@ from pulumi_policy.policy import PolicyCustomTimeouts, PolicyResource, PolicyRes
 from pulumi_policy.proxy import unknown_checking_proxy
 
 from common.cli import stack_files
-from common.names import ENV_KEYS_POLICY_NAME, POLICY_NAME, Token, runtime_class_name
+from common.names import (
+    CLAIMS_POLICY_NAME,
+    ENV_KEYS_POLICY_NAME,
+    NODE_SWITCHES_POLICY_NAME,
+    POLICY_NAME,
+    Token,
+    runtime_class_name,
+)
 from offline import render
 from offline.program import Declared, run_program
-from policy import rules as policy_rules
+from policy import guard as policy_guard
 from policy.rules import (
     RESOURCE_VALIDATORS,
     device_class_selects_uuids_only,
@@ -294,7 +301,7 @@ def test_no_identity_but_the_dra_plugins(dra_plugin: dict[str, Declared]) -> Non
 
 
 def _guard_violations(resources: list[PolicyResource]) -> list[str]:
-    from policy.rules import guard_present_and_failing_closed  # noqa: PLC0415
+    from policy.guard import guard_present_and_failing_closed  # noqa: PLC0415
 
     found = Collected()
     guard_present_and_failing_closed(StackValidationArgs(resources), found)
@@ -311,8 +318,8 @@ def test_a_program_that_drops_or_weakens_the_guard_is_refused() -> None:
     resources = [policy_resource(r) for r in run_program(valid_config(), "test").resources]
     without = [r for r in resources if r.resource_type != Token.ADMISSION_BINDING]
     assert _guard_violations(without) == [
-        "the access guard's binding hidden-gpu-access-guard is missing",
-        "the access guard's binding hidden-gpu-env-keys is missing",
+        f"the access guard's binding {name} is missing"
+        for name in ("hidden-gpu-access-guard", "hidden-gpu-env-keys", "hidden-gpu-claims", "hidden-gpu-node-switches")
     ]
     weakened = copy.deepcopy(resources)
     for r in weakened:
@@ -321,11 +328,32 @@ def test_a_program_that_drops_or_weakens_the_guard_is_refused() -> None:
         if r.resource_type == Token.ADMISSION_BINDING:
             r.props["spec"]["validationActions"] = ["Audit"]
             r.props["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {"x": "y"}}}
-    assert len(_guard_violations(weakened)) == 6
+    assert len(_guard_violations(weakened)) == 12  # four policies: fail open, only audit, narrowed
+
+
+@pytest.mark.parametrize("kind", [Token.ADMISSION_POLICY, Token.ADMISSION_BINDING])
+@pytest.mark.parametrize("name", [CLAIMS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME])
+def test_the_pack_refuses_a_guard_without_its_claims_or_switches_policy(kind: str, name: str) -> None:
+    """The pack checked the pods' and env keys' policies alone: a program that kept those and dropped the claims
+    policy (a tenant's claim may then name a class of hidden GPUs) or the node switches' passed it."""
+    resources = [policy_resource(r) for r in run_program(valid_config(), "test").resources]
+    kept = [r for r in resources if not (r.resource_type == kind and r.props["metadata"]["name"] == name)]
+    what = "policy" if kind == Token.ADMISSION_POLICY else "binding"
+    assert _guard_violations(kept) == [f"the access guard's {what} {name} is missing"]
+
+
+def test_the_node_switches_binding_must_deny_whatever_the_mode() -> None:
+    resources = [policy_resource(r) for r in run_program(valid_config(), "test").resources]
+    for r in resources:
+        if r.resource_type == Token.ADMISSION_BINDING and r.props["metadata"]["name"] == NODE_SWITCHES_POLICY_NAME:
+            r.props["spec"]["validationActions"] = ["Audit", "Warn"]
+    assert _guard_violations(resources) == [
+        f"binding {NODE_SWITCHES_POLICY_NAME}: validationActions ['Audit', 'Warn']: it must deny"
+    ]
 
 
 def _enforcing_violations(resources: list[PolicyResource]) -> list[str]:
-    from policy.rules import guard_enforcing_where_listed  # noqa: PLC0415
+    from policy.guard import guard_enforcing_where_listed  # noqa: PLC0415
 
     found = Collected()
     guard_enforcing_where_listed(StackValidationArgs(resources), found)
@@ -337,7 +365,7 @@ def test_a_listed_stack_cannot_switch_its_guard_to_warn(tmp_path: Path, monkeypa
     preview (the base commit's pack judges the PR, so the list cannot be shortened in the same change)."""
     listed = tmp_path / "enforcing-stacks.yaml"
     listed.write_text("stacks: [prod]\n")
-    monkeypatch.setattr(policy_rules, "ENFORCING_STACKS_FILE", listed)
+    monkeypatch.setattr(policy_guard, "ENFORCING_STACKS_FILE", listed)
     prod = STACK_FILES[[p.name for p in STACK_FILES].index("Pulumi.prod.yaml")]
     rendered = render.render(prod)
     assert _enforcing_violations([policy_resource(r) for r in rendered.run.resources]) == []
@@ -346,7 +374,7 @@ def test_a_listed_stack_cannot_switch_its_guard_to_warn(tmp_path: Path, monkeypa
     assert said == [
         f"stack prod is listed in policy/enforcing-stacks.yaml: binding {name} must deny (validationActions "
         "['Deny'], guard mode enforce), not ['Audit', 'Warn']"
-        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME)
+        for name in (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME)
     ]
 
 
@@ -368,7 +396,7 @@ def test_an_unlisted_stack_may_warn() -> None:
 
 @pytest.mark.parametrize("text", ["stacks: prod\n", "stacks: [1]\n", "{}\n"], ids=["a-string", "a-number", "no-key"])
 def test_an_enforcing_list_that_does_not_read_fails_the_pack(tmp_path: Path, text: str) -> None:
-    from policy.rules import enforcing_stacks  # noqa: PLC0415
+    from policy.guard import enforcing_stacks  # noqa: PLC0415
 
     (tmp_path / "enforcing.yaml").write_text(text)
     with pytest.raises(ValueError, match="`stacks` must be a list of stack names"):
