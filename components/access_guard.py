@@ -14,8 +14,8 @@ from common.names import (
     PART_OF_LABEL,
     PATCH_FORCE_ANNOTATION,
     VOID_POLICY_NAME,
-    Token,
 )
+from common.tokens import Token
 from components.stack_types import GuardSpec
 from desired.guard_rules import (
     POD_RESOURCES,

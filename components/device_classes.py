@@ -8,7 +8,8 @@ from typing import Any, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import PART_OF, PART_OF_LABEL, Token
+from common.names import PART_OF, PART_OF_LABEL
+from common.tokens import Token
 from components.inputs import derive, validated_input
 from desired.node_labels import device_selector
 from stack_config.errors import InvalidInputError, validated

@@ -5,7 +5,8 @@ from typing import TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import NVIDIA_RUNTIME_HANDLER, PART_OF, PART_OF_LABEL, POOL_LABEL, Token, pool_class_name
+from common.names import NVIDIA_RUNTIME_HANDLER, PART_OF, PART_OF_LABEL, POOL_LABEL, pool_class_name
+from common.tokens import Token
 from components.node_pods import runtime_scheduling
 
 

@@ -5,7 +5,8 @@ from typing import NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import PART_OF, PART_OF_LABEL, QUOTA_NAME, Token
+from common.names import PART_OF, PART_OF_LABEL, QUOTA_NAME
+from common.tokens import Token
 from desired.node_labels import quota_hard
 
 

@@ -20,11 +20,11 @@ from common.names import (
     PLUGIN_CONFIG_KEY,
     Allocator,
     MigStrategy,
-    Token,
     plugin_config_name,
     plugin_labels,
     runtime_class_name,
 )
+from common.tokens import Token
 from components.device_plugin_spec import plugin_config, plugin_metadata, plugin_name, plugin_namespace_of, plugin_spec
 from components.dra_plugin import DraPluginObjects
 from components.inputs import derive, is_plain, validated_input

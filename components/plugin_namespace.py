@@ -18,8 +18,8 @@ from common.names import (
     PLUGIN_NAME_LABEL,
     PLUGIN_NETWORK_POLICY,
     POD_SECURITY_ENFORCE_LABEL,
-    Token,
 )
+from common.tokens import Token
 
 
 class PluginNamespaceArgs(TypedDict):

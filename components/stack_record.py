@@ -12,13 +12,8 @@ from typing import TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import (
-    PART_OF,
-    PART_OF_LABEL,
-    STACK_LABEL,
-    Token,
-    stack_record_name,
-)
+from common.names import PART_OF, PART_OF_LABEL, STACK_LABEL, stack_record_name
+from common.tokens import Token
 from desired.stack_claims import record_data
 
 

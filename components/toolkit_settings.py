@@ -6,7 +6,8 @@ from typing import Any, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import PATCH_FORCE_ANNOTATION, Token
+from common.names import PATCH_FORCE_ANNOTATION
+from common.tokens import Token
 from stack_config.errors import validated
 from stack_config.values import ObjectName
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.names import Token
+from common.tokens import Token
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 from offline import render

@@ -30,7 +30,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from common.cli import EXIT_OK, UsageError, parser, run
-from common.names import PROJECT, Token
+from common.names import PROJECT
+from common.tokens import Token
 from desired.stack_claims import exposed_by_node, record_data
 from offline.program import run_callable, run_program
 from stack_config import parse_project_config

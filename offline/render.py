@@ -27,7 +27,8 @@ from common.cli import (
     stack_file,
     stack_name_of,
 )
-from common.names import GRAPH_FILE, PROJECT, Token
+from common.names import GRAPH_FILE, PROJECT
+from common.tokens import Token
 from offline.diff import MAP_LEGEND, gpu_marks
 from offline.outdir import replace_directory
 from offline.program import Declared, ProgramRun, run_program

@@ -12,13 +12,8 @@ from pulumi_policy import (
     StackValidationArgs,
 )
 
-from common.names import (
-    CLAIMS_POLICY_NAME,
-    ENV_KEYS_POLICY_NAME,
-    NODE_SWITCHES_POLICY_NAME,
-    POLICY_NAME,
-    Token,
-)
+from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, NODE_SWITCHES_POLICY_NAME, POLICY_NAME
+from common.tokens import Token
 
 # The guard's policies whose bindings follow its mode (the node switches' always deny).
 GUARD_POLICIES = (POLICY_NAME, ENV_KEYS_POLICY_NAME, CLAIMS_POLICY_NAME)

@@ -32,9 +32,9 @@ from common.names import (
     SYS_ADMIN_CAPABILITIES,
     VISIBLE_DEVICES_ENV,
     MigStrategy,
-    Token,
     dra_plugin_name,
 )
+from common.tokens import Token
 from policy.guard import guard_enforcing_where_listed, guard_present_and_failing_closed
 from stack_config.values import GPU_UUID, MIG_UUID
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, NODE_SWITCHES_POLICY_NAME, Token
+from common.names import DEFAULT_PLUGIN_NAMESPACE, NODE_SWITCHES_POLICY_NAME
+from common.tokens import Token
 from offline.program import ProgramRun, run_program
 from tests.support.guard import (
     TENANT,

@@ -12,7 +12,8 @@ import pytest
 from pulumi_policy import ReportViolation, StackValidationArgs
 from pulumi_policy.proxy import UnknownValueError
 
-from common.names import NVIDIA_DRA_DRIVER, VISIBLE_DEVICES_ENV, Token, device_plugin_name, runtime_class_name
+from common.names import NVIDIA_DRA_DRIVER, VISIBLE_DEVICES_ENV, device_plugin_name, runtime_class_name
+from common.tokens import Token
 from components import GpuDeviceClasses, HiddenGpuNode, StackRecord
 from desired.node_labels import device_selector
 from desired.stack_claims import record_data

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from common.cli import EXIT_INTERNAL, EXIT_USAGE, stack_files
-from common.names import DEFAULT_PLUGIN_NAMESPACE, Token
+from common.names import DEFAULT_PLUGIN_NAMESPACE
+from common.tokens import Token
 from components.toolkit_settings import CLUSTER_POLICY_API, CLUSTER_POLICY_KIND
 from host import audit, discover
 from offline import diff, render

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.names import (
-    DRA_OFF_FEATURE_GATES,
-    KUBELET_PLUGINS,
-    KUBELET_PLUGINS_REGISTRY,
-    Token,
-    dra_plugin_name,
-)
+from common.names import DRA_OFF_FEATURE_GATES, KUBELET_PLUGINS, KUBELET_PLUGINS_REGISTRY, dra_plugin_name
+from common.tokens import Token
 from offline.program import run_program
 from tests.support.stacks import changed, dra_allocated, valid_config
 

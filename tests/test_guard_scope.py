@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from common.names import SHARED_NODE_TAINT, Token
+from common.names import SHARED_NODE_TAINT
+from common.tokens import Token
 from offline.program import run_program
 from stack_config import InvalidConfigError, parse_project_config
 from tests.support.guard import admit, container, pod, pod_policy, rules_denying

@@ -15,8 +15,8 @@ from common.names import (
     OPERAND_LABELS,
     OPERANDS_LABEL,
     OPERANDS_OFF_ANNOTATION,
-    Token,
 )
+from common.tokens import Token
 from desired.node_switches import policy_spec
 from offline.program import run_program
 from tests.support.guard import evaluate

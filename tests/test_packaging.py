@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from common.names import Token
+from common.tokens import Token
 from offline import package_schema
 from tests.support.checkout import copy_tracked
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from common.names import NFD_FEATURES_DIR, POD_RESOURCES_DIR, Token
+from common.names import NFD_FEATURES_DIR, POD_RESOURCES_DIR
+from common.tokens import Token
 from offline.program import Declared, ProgramRun, run_program
 from stack_config import InvalidConfigError, parse_project_config
 from tests.support.objects import env_of, only, plugins

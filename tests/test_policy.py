@@ -18,9 +18,9 @@ from common.names import (
     ENV_KEYS_POLICY_NAME,
     NODE_SWITCHES_POLICY_NAME,
     POLICY_NAME,
-    Token,
     runtime_class_name,
 )
+from common.tokens import Token
 from offline import render
 from offline.program import Declared, run_program
 from policy import guard as policy_guard

@@ -18,10 +18,10 @@ from common.names import (
     NODE_OUTPUT_KEYS,
     OPERATOR_RUNTIME_CLASSES,
     PROJECT,
-    Token,
     device_plugin_name,
     runtime_class_name,
 )
+from common.tokens import Token
 from offline import render
 from offline.program import ProgramRun, run_program
 from stack_config import read_stack_file

@@ -10,7 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from common.names import CONFIG_CHECKSUM_ANNOTATION, DEFAULT_PLUGIN_NAMESPACE, Token, plugin_config_name
+from common.names import CONFIG_CHECKSUM_ANNOTATION, DEFAULT_PLUGIN_NAMESPACE, plugin_config_name
+from common.tokens import Token
 from host import discover
 from offline import render
 from offline.program import Declared, ProgramRun, run_program

@@ -10,7 +10,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from common.names import NODE_LABEL, POOL_LABEL, Token, pool_class_name
+from common.names import NODE_LABEL, POOL_LABEL, pool_class_name
+from common.tokens import Token
 from offline.program import run_program
 from stack_config import read_stack_file
 from tests.support.guard import admit, pod_policy

@@ -20,9 +20,9 @@ from common.names import (
     PLUGIN_NAME,
     PROJECT,
     Allocator,
-    Token,
     plugin_labels,
 )
+from common.tokens import Token
 from desired.node_labels import node_labels, operands_off, pinned_operands
 from offline.bench import synthetic_stack
 from offline.program import run_program

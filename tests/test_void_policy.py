@@ -12,7 +12,8 @@ import kubernetes_validate
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from common.names import VISIBLE_DEVICES_ENV, VOID_POLICY_NAME, Token, runtime_class_name
+from common.names import VISIBLE_DEVICES_ENV, VOID_POLICY_NAME, runtime_class_name
+from common.tokens import Token
 from desired.guard_rules import CONTAINER_KINDS
 from offline import render
 from offline.program import ProgramRun, run_program

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 import pulumi
 from pulumi import automation as auto
 
-from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, STACK_FILE_ENV, Token
+from common.names import DEFAULT_PLUGIN_NAMESPACE, PROJECT, STACK_FILE_ENV
+from common.tokens import Token
 from e2e.build import LINKS
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from common.names import ENV_KEYS_POLICY_NAME, OPERATOR_NAMESPACE, POLICY_NAME, Token
+from common.names import ENV_KEYS_POLICY_NAME, OPERATOR_NAMESPACE, POLICY_NAME
+from common.tokens import Token
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
 from tests.real.conftest import TENANT, eventually

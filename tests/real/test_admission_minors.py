@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from common.names import OPERATOR_NAMESPACE, Token
+from common.names import OPERATOR_NAMESPACE
+from common.tokens import Token
 from e2e.controlplane import ApiError, ControlPlane
 from offline import render
 from tests.real.conftest import TENANT, TENANT_NAMESPACES, bind_tenants, eventually

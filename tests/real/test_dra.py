@@ -28,10 +28,10 @@ from common.names import (
     DRA_API_PATH,
     NODE_LABEL,
     NVIDIA_DRA_DRIVER,
-    Token,
     dra_quota_key,
     pool_class_name,
 )
+from common.tokens import Token
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import ProgramRun, run_program
 from tests.real.conftest import TENANT, bind_tenants, eventually, kwok_plane, seed

@@ -33,10 +33,10 @@ from common.names import (
     POLICY_NAME,
     QUOTA_NAME,
     STACK_LABEL,
-    Token,
     device_plugin_name,
     stack_record_name,
 )
+from common.tokens import Token
 from components.gpu_quotas import GpuQuotas, GpuQuotasArgs
 from e2e.controlplane import ApiError, ControlPlane
 from offline import config_reference, render

@@ -24,7 +24,8 @@ import yaml
 from pulumi import automation as auto
 from pulumi.automation import OpType
 
-from common.names import PROJECT, Token, pool_class_name, runtime_class_name
+from common.names import PROJECT, pool_class_name, runtime_class_name
+from common.tokens import Token
 from e2e.controlplane import ApiError, ControlPlane
 from offline.program import Declared, run_callable
 from tests.real.conftest import add_gpu_node, eventually, seeded_plane

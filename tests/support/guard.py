@@ -10,7 +10,8 @@ from typing import Any
 
 import cel
 
-from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, POLICY_NAME, Token
+from common.names import CLAIMS_POLICY_NAME, ENV_KEYS_POLICY_NAME, POLICY_NAME
+from common.tokens import Token
 from offline.program import ProgramRun
 from tests.support.objects import only, plugins
 

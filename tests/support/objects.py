@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common.names import Token
+from common.tokens import Token
 from offline.program import Declared, ProgramRun
 
 
