@@ -20,6 +20,7 @@ from common.names import (
 )
 from stack_config.errors import Loc
 from stack_config.values import (
+    ContainerName,
     DeviceUuid,
     GpuUuid,
     LabelKey,
@@ -102,7 +103,7 @@ class AdoptedPluginConfig(StrictModel):
     match_labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
     """Its `spec.selector.matchLabels`, exactly (`kubectl get ds -o jsonpath='{.spec.selector.matchLabels}'`): a
     DaemonSet's selector cannot change, so the taken-over one keeps it and its pods carry these labels too."""
-    container: NamespaceName
+    container: ContainerName
     """The name of its plugin container: the taken-over container keeps it (server-side apply merges containers by
     name; another name would add a second plugin container beside it)."""
 

@@ -69,30 +69,18 @@ def _check_mig_uuid(value: str) -> str:
     return value
 
 
-def _check_dns_label(value: str) -> str:
-    if len(value) > 63 or not DNS_LABEL.fullmatch(value):
-        raise ValueError(
-            "not a valid namespace name: at most 63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit"
-        )
-    return value
+def _name(pattern: re.Pattern[str], limit: int, problem: str) -> AfterValidator:
+    """A name of at most `limit` characters that `pattern` matches whole; else `problem`, which names what it is."""
+
+    def check(value: str) -> str:
+        if len(value) > limit or not pattern.fullmatch(value):
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
 
 
-def _check_node_name(value: str) -> str:
-    # The plugin is pinned through the kubernetes.io/hostname label, and a label value holds at
-    # most 63 characters: a longer node name could never be selected.
-    if len(value) > 63 or not DNS_SUBDOMAIN.fullmatch(value):
-        raise ValueError(
-            "not a valid node name: at most 63 lowercase letters, digits, '-' and '.' "
-            "(DNS-1123), as `kubectl get nodes` shows it"
-        )
-    return value
-
-
-def _check_object_name(value: str) -> str:
-    if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
-        raise ValueError("not a valid Kubernetes object name (DNS-1123 subdomain)")
-    return value
+_DNS_LABEL_RULE = "at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
 
 
 def _check_image(value: str) -> str:
@@ -159,14 +147,22 @@ def _check_label_value(value: str) -> str:
 GpuUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_gpu_uuid)]
 DeviceUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_device_uuid)]
 MigUuid = Annotated[str, AfterValidator(_check_mig_uuid)]
-NamespaceName = Annotated[str, AfterValidator(_check_dns_label)]
-NodeName = Annotated[str, AfterValidator(_check_node_name)]
+NamespaceName = Annotated[str, _name(DNS_LABEL, 63, f"not a valid namespace name: {_DNS_LABEL_RULE}")]
+ContainerName = Annotated[str, _name(DNS_LABEL, 63, f"not a valid container name: {_DNS_LABEL_RULE}")]
+# The plugin is pinned through the kubernetes.io/hostname label, and a label value holds at most 63 characters: a
+# longer node name could never be selected.
+NodeName = Annotated[
+    str,
+    _name(DNS_SUBDOMAIN, 63, "not a valid node name: at most 63 lowercase letters, digits, '-' and '.' (DNS-1123), "
+          "as `kubectl get nodes` shows it"),
+]  # fmt: skip
 ImageRef = Annotated[str, AfterValidator(_check_image)]
 HostPath = Annotated[str, AfterValidator(_check_host_path)]
 TenantHostPath = Annotated[str, AfterValidator(_check_host_path), AfterValidator(_check_tenant_host_path)]
 Capability = Annotated[str, AfterValidator(_check_capability)]
-ObjectName = Annotated[str, AfterValidator(_check_object_name)]
-PoolName = Annotated[str, AfterValidator(_check_dns_label)]
+ObjectName = Annotated[str, _name(DNS_SUBDOMAIN, 253, "not a valid Kubernetes object name (DNS-1123 subdomain)")]
+# A pool's RuntimeClass and DeviceClass are hidden-gpu-pool-<pool>.
+PoolName = Annotated[str, _name(DNS_LABEL, 63, f"not a valid pool name: {_DNS_LABEL_RULE}")]
 Quantity = Annotated[str, AfterValidator(_check_quantity)]
 LabelKey = Annotated[str, AfterValidator(_check_label_key)]
 LabelValue = Annotated[str, AfterValidator(_check_label_value)]

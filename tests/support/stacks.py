@@ -458,4 +458,24 @@ REJECTIONS = [
         None,
         "not with allocator: dra: a hand-made plugin would hand the GPUs out beside DRA",
     ),
+    # Each name says what it is: a pool or a container named wrong was refused as "not a valid namespace name".
+    Rejection(
+        "pool-name-invalid",
+        changed(lambda c: node(c).__setitem__("pool", "Shared_Pool")),
+        "hidden-gpu:nodes[0].pool",
+        '"Shared_Pool"',
+        "not a valid pool name",
+    ),
+    Rejection(
+        "adopted-container-name-invalid",
+        changed(
+            lambda c: node(c).__setitem__(
+                "adoptDevicePlugin",
+                {"namespace": "kube-system", "name": "hand-made", "matchLabels": {"a": "b"}, "container": "Plugin_1"},
+            )
+        ),
+        "hidden-gpu:nodes[0].adoptDevicePlugin.container",
+        '"Plugin_1"',
+        "not a valid container name",
+    ),
 ]
