@@ -69,14 +69,16 @@ def _check_mig_uuid(value: str) -> str:
     return value
 
 
-def _name(pattern: re.Pattern[str], limit: int, problem: str) -> AfterValidator:
-    """A name of at most `limit` characters that `pattern` matches whole; else `problem`, which names what it is."""
+def _name(kind: str, pattern: re.Pattern[str], limit: int, rule: str) -> AfterValidator:
+    """A `kind` ("pool name") of at most `limit` characters that `pattern` matches whole; else "not a valid <kind>:
+    <rule>". The check is named `_check_<kind>`: docs/configuration.md names the key's type by it."""
 
     def check(value: str) -> str:
         if len(value) > limit or not pattern.fullmatch(value):
-            raise ValueError(problem)
+            raise ValueError(f"not a valid {kind}: {rule}")
         return value
 
+    check.__name__ = check.__qualname__ = "_check_" + kind.replace(" ", "_")
     return AfterValidator(check)
 
 
@@ -147,22 +149,24 @@ def _check_label_value(value: str) -> str:
 GpuUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_gpu_uuid)]
 DeviceUuid = Annotated[str, BeforeValidator(_reject_index), AfterValidator(_check_device_uuid)]
 MigUuid = Annotated[str, AfterValidator(_check_mig_uuid)]
-NamespaceName = Annotated[str, _name(DNS_LABEL, 63, f"not a valid namespace name: {_DNS_LABEL_RULE}")]
-ContainerName = Annotated[str, _name(DNS_LABEL, 63, f"not a valid container name: {_DNS_LABEL_RULE}")]
+NamespaceName = Annotated[str, _name("namespace name", DNS_LABEL, 63, _DNS_LABEL_RULE)]
+ContainerName = Annotated[str, _name("container name", DNS_LABEL, 63, _DNS_LABEL_RULE)]
 # The plugin is pinned through the kubernetes.io/hostname label, and a label value holds at most 63 characters: a
 # longer node name could never be selected.
 NodeName = Annotated[
     str,
-    _name(DNS_SUBDOMAIN, 63, "not a valid node name: at most 63 lowercase letters, digits, '-' and '.' (DNS-1123), "
-          "as `kubectl get nodes` shows it"),
+    _name("node name", DNS_SUBDOMAIN, 63, "at most 63 lowercase letters, digits, '-' and '.' (DNS-1123), as "
+          "`kubectl get nodes` shows it"),
 ]  # fmt: skip
 ImageRef = Annotated[str, AfterValidator(_check_image)]
 HostPath = Annotated[str, AfterValidator(_check_host_path)]
 TenantHostPath = Annotated[str, AfterValidator(_check_host_path), AfterValidator(_check_tenant_host_path)]
 Capability = Annotated[str, AfterValidator(_check_capability)]
-ObjectName = Annotated[str, _name(DNS_SUBDOMAIN, 253, "not a valid Kubernetes object name (DNS-1123 subdomain)")]
+ObjectName = Annotated[
+    str, _name("object name", DNS_SUBDOMAIN, 253, "at most 253 lowercase letters, digits, '-' and '.' (DNS-1123)")
+]
 # A pool's RuntimeClass and DeviceClass are hidden-gpu-pool-<pool>.
-PoolName = Annotated[str, _name(DNS_LABEL, 63, f"not a valid pool name: {_DNS_LABEL_RULE}")]
+PoolName = Annotated[str, _name("pool name", DNS_LABEL, 63, _DNS_LABEL_RULE)]
 Quantity = Annotated[str, AfterValidator(_check_quantity)]
 LabelKey = Annotated[str, AfterValidator(_check_label_key)]
 LabelValue = Annotated[str, AfterValidator(_check_label_value)]
