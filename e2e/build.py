@@ -284,22 +284,6 @@ def _provider_workspace(group: Group, src: Path, version: str) -> Path:  # the g
     return src / "go.work"
 
 
-def prefetch(groups: list[Group]) -> threading.Thread:
-    """Download, in the background and in build order, the modules (and Go toolchain) each group's packages need:
-    `go list -deps` fetches exactly those without compiling, so the network's time overlaps the group building
-    before it instead of adding to it. Best effort: a failure here is met again, and reported, by the build."""
-
-    def fetch() -> None:
-        for group in groups:
-            flags = ["-tags", group.tags] if group.tags else []
-            with contextlib.suppress(subprocess.CalledProcessError):
-                go("list", "-e", "-deps", *flags, *group.binaries.values(), cwd=MODULES / group.name, env=group.env())
-
-    thread = threading.Thread(target=fetch, name="prefetch", daemon=True)
-    thread.start()
-    return thread
-
-
 def build_missing(group: Group, target: Path) -> int:
     """Build one group not cached yet: 0, or main's exit status with one line saying why on stderr (3: disk space,
     2: a Debian package missing, 1: the go command failed)."""
@@ -341,11 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         if (g.gpu_host or g.name in GPU_HOST_TOO if args.gpu_host else g.name not in GPU_HOST_ONLY)
     ]  # fmt: skip
     for group in wanted:
-        targets[group.name] = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
-    if not args.check:
-        prefetch([g for g in wanted if not targets[g.name].is_dir()])
-    for group in wanted:
-        target = targets[group.name]
+        target = targets[group.name] = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
         if not target.is_dir():
             missing.append(group.name)
             if args.check:
