@@ -183,7 +183,7 @@ def mean_ms(before: dict[Any, float], after: dict[Any, float], metric: str, **wa
 
 
 def cpu_seconds(plane: ControlPlane) -> float:
-    (process,) = [p for name, p in plane.processes.items() if name.startswith("kube-apiserver")]
+    (process,) = [p for name, p in plane.processes.running.items() if name.startswith("kube-apiserver")]
     fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
 

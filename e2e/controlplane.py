@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from e2e.processes import Processes
 
 # Identities of the token file: name -> (groups). The tenant gets `edit` in its namespaces only.
 IDENTITIES = {
@@ -80,11 +81,12 @@ class ControlPlane:
     root: Path
     url: str
     tokens: dict[str, str]
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    commands: dict[str, list[str]] = field(default_factory=dict)
-    envs: dict[str, dict[str, str]] = field(default_factory=dict)
+    processes: Processes = field(init=False)
     _plurals: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
     groups: dict[str, list[str]] = field(default_factory=lambda: dict(IDENTITIES))
+
+    def __post_init__(self) -> None:
+        self.processes = Processes(self.root)
 
     @classmethod
     @contextmanager
@@ -166,41 +168,25 @@ class ControlPlane:
                         "--leader-elect=false", "--secure-port=0", *extra)  # fmt: skip
 
     def _spawn(self, name: str, binary: Path, *args: str) -> None:
-        self.commands[name] = [str(binary), *args]
-        with (self.root / f"{name}.log").open("ab") as log:  # the child keeps its own descriptor
-            self.processes[name] = subprocess.Popen(
-                self.commands[name],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self.envs.get(name),
-            )
+        self.processes.spawn(name, [str(binary), *args])
 
     def spawn(self, name: str, binary: Path, *args: str, env: dict[str, str] | None = None) -> None:
         """One more process beside the plane's own (the real tier's kwok): logged to `<name>.log` (log()),
         restarted by restart(), stopped before the others by stop()."""
-        if env is not None:
-            self.envs[name] = env
-        self._spawn(name, binary, *args)
+        self.processes.spawn(name, [str(binary), *args], env)
 
     def kill(self, name: str) -> None:
         """SIGKILL one component, as a crash or a lost machine would end it: no graceful shutdown."""
-        process = self.processes[name]
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        self.processes.kill(name)
 
     def restart(self, name: str) -> None:
         """Start a killed component again with its first command line; for the API server, wait until ready."""
-        self.kill(name)
-        command = self.commands[name]
-        self._spawn(name, Path(command[0]), *command[1:])
+        self.processes.restart(name)
         if name == "kube-apiserver":
             self.wait_ready()
 
     def log(self, name: str) -> str:
-        path = self.root / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return self.processes.log(name)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + READY_SECONDS
@@ -210,9 +196,8 @@ class ControlPlane:
                     return
             except (OSError, urllib.error.URLError, ApiError):
                 pass
-            for name, process in self.processes.items():
-                if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited: {self.log(name)[-3000:]}")
+            if exited := self.processes.exited():
+                raise RuntimeError(exited)
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"kube-apiserver not ready in {READY_SECONDS} s: {self.log('kube-apiserver')[-3000:]}"
@@ -220,16 +205,7 @@ class ControlPlane:
             time.sleep(0.3)
 
     def stop(self) -> None:
-        """Each process in the reverse of its start, each gone before the next is asked: the API server stopped
-        beside etcd waits on the storage it lost and needed its 10 s and a SIGKILL (1 s, one by one)."""
-        for process in reversed(self.processes.values()):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        self.processes.stop()
 
     def kubeconfig(self, identity: str) -> Path:
         """A kubeconfig file for one identity; its context is named `<identity>@e2e`."""

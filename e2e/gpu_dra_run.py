@@ -53,7 +53,8 @@ from e2e.gpu_host import (
 from e2e.gpu_node_phases import Run
 from e2e.gpu_pack import GPU_CARRY, NODESET_FILE
 from e2e.images import Image
-from e2e.node import Node, claim_results, dra_devices, on_host_network, using_claim
+from e2e.node import Node
+from e2e.node_dra import claim_results, dra_devices, on_host_network, using_claim
 
 CARRY = GPU_CARRY.parent / "dra"
 PLUGIN_XZ = "nvidia-dra-gpu-kubelet-plugin-v0.4.1.xz"

@@ -33,17 +33,10 @@ from e2e.gpu_host import (
     rendered,
     sh,
 )
-from e2e.node import (
-    DRA_DRIVER,
-    HARDENED,
-    Node,
-    Toolkit,
-    claim_results,
-    dra_devices,
-    grant_dra_driver,
-    pod_pid,
-    using_claim,
-)
+from e2e.host_state import pod_pid
+from e2e.node import Node
+from e2e.node_dra import DRA_DRIVER, claim_results, dra_devices, grant_dra_driver, using_claim
+from e2e.node_gpus import HARDENED, Toolkit
 
 REGISTRATION = "Got registration request from device plugin"
 # host.audit's phase: a pod the plugin gave the GPU, and one that asked for none and reached it all the same.

@@ -52,11 +52,8 @@ from e2e.gpu_host import (
 from e2e.gpu_node_phases import PODS, SETTINGS, Run, audit_run, dra_run, restart_run, setting_run
 from e2e.gpu_node_prepare import SHARED_PLUGIN, prepare
 from e2e.gpu_pack import GPU_CARRY
-from e2e.node import (
-    DRA_DRIVER,
-    DRA_DRIVER_GROUP,
-    Node,
-)
+from e2e.node import Node
+from e2e.node_dra import DRA_DRIVER, DRA_DRIVER_GROUP
 
 
 def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one run, in order)

@@ -199,10 +199,10 @@ def _driver_manager_image(module: Path) -> str:
 def wait_healthy(plane: ControlPlane, seconds: float = 60) -> None:
     # The probe's address, from the command line the process was started (or restarted) with.
     flag = "--health-probe-bind-address="
-    address = next(a for a in plane.commands[PROCESS] if a.startswith(flag)).removeprefix(flag)
+    address = next(a for a in plane.processes.commands[PROCESS] if a.startswith(flag)).removeprefix(flag)
 
     def healthy() -> bool:
-        if plane.processes[PROCESS].poll() is not None:
+        if plane.processes.running[PROCESS].poll() is not None:
             raise RuntimeError(f"the GPU Operator exited: {plane.log(PROCESS)[-3000:]}")
         try:
             with urllib.request.urlopen(f"http://{address}/readyz", timeout=2) as response:

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -38,9 +36,12 @@ from typing import Any
 
 import yaml
 
-from common.names import DRA_API_PATH
 from e2e import images
+from e2e.containerd import containerd_config, tier_images, write_cni
 from e2e.controlplane import ApiError, ControlPlane, free_port
+from e2e.host_state import empty_dir, remove_pod_cgroups, unlink_link, unmount_under
+from e2e.node_gpus import CDI_KIND, DEFAULTS, Toolkit, cdi_spec
+from e2e.processes import Processes
 
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 CHECKPOINT = DEVICE_PLUGINS / "kubelet_internal_checkpoint"
@@ -49,66 +50,10 @@ POD_RESOURCES = Path("/var/lib/kubelet/pod-resources")
 # Where a cluster's kubelet takes DRA plugins' registrations and keeps their sockets, and the rendered DRA kubelet
 # plugin mounts them from (its sockets' paths must be the same on the host): links to the kubelet's own while it runs.
 KUBELET_LINKS = (POD_RESOURCES, Path("/var/lib/kubelet/plugins_registry"), Path("/var/lib/kubelet/plugins"))
-MARKER_DIR = "/run/hidden-gpu-test/gpus"  # e2e/go/node/internal/marker
-MARKER_ENV = "HIDDEN_GPU_TEST_GPU_"
-# Per injected GPU, its minor number (its place in the node's list), as NVML would tell it: the stand-in DRA plugin
-# names its devices gpu-<minor> by it, as NVIDIA's does.
-MINOR_ENV = "HIDDEN_GPU_TEST_MINOR_"
-CDI_KIND = "nvidia.com/gpu"
-# The identity and group the stand-in DRA kubelet plugin publishes as (ControlPlane.start(identities=...)).
-DRA_DRIVER, DRA_DRIVER_GROUP = "dra-driver", "hidden-gpu:dra-drivers"
 # The kubelet sets these on start unless protectKernelDefaults (pkg/kubelet/cm/container_manager_linux.go,
 # setupKernelTunables); restored at stop.
 KUBELET_SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
 READY_SECONDS = 120.0
-CNI_STUB = """#!/bin/sh
-# hidden-gpu's CNI stub for the node tier, installed as the network's plugin and as `loopback` (containerd adds a
-# loopback network of its own): reports an address, 127.0.0.1 for lo and a TEST-NET-1 one (RFC 5737) for the
-# pod's interface, and configures nothing: the pod's network namespace keeps only lo, down. DEL, CHECK and the
-# rest have nothing to undo.
-cat >/dev/null
-if [ "$CNI_IFNAME" = lo ]; then address=127.0.0.1/8
-else address="192.0.2.$(( $(od -An -N1 -tu1 /dev/urandom) % 250 + 2 ))/24"; fi
-case "$CNI_COMMAND" in
-ADD) printf '{"cniVersion":"1.0.0","interfaces":[{"name":"%s","sandbox":"%s"}],' "$CNI_IFNAME" "$CNI_NETNS"
-     printf '"ips":[{"address":"%s","interface":0}]}' "$address" ;;
-VERSION) printf '{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}' ;;
-esac
-"""
-
-
-@dataclass(frozen=True)
-class Toolkit:
-    """The two settings of NVIDIA's container runtime that decide which requests it honours; the defaults are
-    the toolkit's own (api/config/v1/toml.go:255-256 of nvidia-container-toolkit v1.20.0)."""
-
-    envvar_when_unprivileged: bool = True
-    volume_mounts: bool = False
-
-
-HARDENED = Toolkit(envvar_when_unprivileged=False, volume_mounts=True)
-
-
-def marker_env(uuid: str, prefix: str = MARKER_ENV) -> str:
-    return prefix + re.sub(r"[^A-Za-z0-9]", "_", uuid).upper()
-
-
-def cdi_spec(uuids: list[str], marker_files: Path) -> dict[str, Any]:
-    """The synthetic CDI spec: one device per UUID and `all`, each injecting its GPUs' markers."""
-
-    def edits(of: list[str]) -> dict[str, Any]:
-        return {
-            "env": [f"{marker_env(u)}={u}" for u in of] + [f"{marker_env(u, MINOR_ENV)}={uuids.index(u)}" for u in of],
-            "mounts": [
-                {"hostPath": str(marker_files / u), "containerPath": f"{MARKER_DIR}/{u}",
-                 "options": ["ro", "nosuid", "nodev", "bind"]}
-                for u in of
-            ],
-        }  # fmt: skip
-
-    devices = [{"name": u, "containerEdits": edits([u])} for u in uuids]
-    devices.append({"name": "all", "containerEdits": edits(uuids)})
-    return {"cdiVersion": "0.6.0", "kind": CDI_KIND, "devices": devices}
 
 
 @dataclass
@@ -119,7 +64,7 @@ class Node:
     plane: ControlPlane
     uuids: list[str]
     snapshotter: str = "overlayfs"
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    processes: Processes = field(init=False)
     timings: dict[str, float] = field(default_factory=dict)
     sysctls: dict[str, str] = field(default_factory=dict)
     cdi: Callable[[Path], None] | None = None
@@ -130,6 +75,9 @@ class Node:
     host_cdi: bool = False
     """containerd also reads the host's /var/run/cdi, where NVIDIA's DRA kubelet plugin writes a spec per claim."""
 
+    def __post_init__(self) -> None:
+        self.processes = Processes(self.root)
+
     @classmethod
     @contextmanager
     def start(
@@ -138,7 +86,7 @@ class Node:
         bin_dir: Path,
         name: str,
         uuids: list[str],
-        toolkit: Toolkit = Toolkit(),
+        toolkit: Toolkit = DEFAULTS,
         *,
         cdi: Callable[[Path], None] | None = None,
         own_images: Sequence[tuple[images.Image, dict[str, Path]]] | None = None,
@@ -177,17 +125,17 @@ class Node:
         started = time.monotonic()
         for sysctl in KUBELET_SYSCTLS:
             self.sysctls[sysctl] = (Path("/proc/sys") / sysctl).read_text().strip()
-        _empty(DEVICE_PLUGINS)
+        empty_dir(DEVICE_PLUGINS)
         self._write_gpus()
         self.toolkit(toolkit)
-        self._write_cni()
+        write_cni(self.root / "cni")
         self._start_containerd()
         self._import_images()
         self.timings["containerd"] = time.monotonic() - started
         self._start_kubelet()
         self.wait_ready()
         for link in KUBELET_LINKS:
-            _unlink(link)
+            unlink_link(link)
             link.symlink_to(self.kubelet_root / link.name)
         self.timings["ready"] = time.monotonic() - started
 
@@ -231,83 +179,24 @@ class Node:
         )
         wrapper.chmod(0o755)
 
-    def _write_cni(self) -> None:
-        (self.root / "cni/bin").mkdir(parents=True)
-        (self.root / "cni/conf").mkdir()
-        stub = self.root / "cni/bin/hidden-gpu-cni-stub"
-        stub.write_text(CNI_STUB)
-        stub.chmod(0o755)
-        (self.root / "cni/bin/loopback").symlink_to(stub.name)
-        conf = {"cniVersion": "1.0.0", "name": "hidden-gpu-stub", "plugins": [{"type": stub.name}]}
-        (self.root / "cni/conf/10-hidden-gpu-stub.conflist").write_text(json.dumps(conf))
-
     @property
     def containerd_socket(self) -> Path:
         return self.root / "containerd/containerd.sock"
 
     def _start_containerd(self) -> None:
-        c = self.root / "containerd"
-        runtime = "plugins.'io.containerd.cri.v1.runtime'"
-
-        def runc_runtime(name: str, binary: Path) -> str:
-            return (
-                f"[{runtime}.containerd.runtimes.{name}]\n"
-                'runtime_type = "io.containerd.runc.v2"\n'
-                f"[{runtime}.containerd.runtimes.{name}.options]\n"
-                f'BinaryName = "{binary}"\n'
-                "SystemdCgroup = false\n"
-            )
-
-        (c / "config.toml").parent.mkdir(exist_ok=True)
-        (c / "config.toml").write_text(
-            "version = 3\n"
-            f'root = "{c}/root"\nstate = "{c}/state"\n'
-            f'[grpc]\naddress = "{self.containerd_socket}"\n'
-            f'[ttrpc]\naddress = "{self.containerd_socket}.ttrpc"\n'
-            f"[plugins.'io.containerd.internal.v1.opt']\npath = \"{c}/opt\"\n"
-            "[plugins.'io.containerd.nri.v1.nri']\ndisable = true\n"
-            "[plugins.'io.containerd.grpc.v1.cri']\n"
-            'stream_server_address = "127.0.0.1"\nstream_server_port = "0"\n'
-            "[plugins.'io.containerd.cri.v1.images']\n"
-            f'snapshotter = "{self.snapshotter}"\n'
-            "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
-            f'sandbox = "{images.PAUSE.name}"\n'
-            f"[{runtime}]\n"
-            f"cdi_spec_dirs = {json.dumps([str(self.root / 'cdi'), *(['/var/run/cdi'] if self.host_cdi else [])])}\n"
-            # Root here (and on the GPU machine) lacks CAP_SYS_RESOURCE: without this a sandbox fails
-            # "failed to update /proc/self/oom_score_adj" (shared/notes/real-node.md).
-            "restrict_oom_score_adj = true\n"
-            f"[{runtime}.cni]\n"
-            f'bin_dirs = ["{self.root / "cni/bin"}"]\nconf_dir = "{self.root / "cni/conf"}"\n'
-            f"[{runtime}.containerd]\n"
-            'default_runtime_name = "runc"\n'
-            + runc_runtime("runc", self.bin_dir.resolve() / "runc")
-            + runc_runtime("nvidia", self.root / "toolkit/nvidia-runtime")
-        )
+        config = self.root / "containerd/config.toml"
+        config.parent.mkdir(exist_ok=True)
+        cdi = [self.root / "cdi", *([Path("/var/run/cdi")] if self.host_cdi else [])]
+        config.write_text(containerd_config(self.root, self.bin_dir, self.snapshotter, cdi))
         # The shim is found on PATH (containerd-shim-runc-v2 beside containerd).
         env = {**os.environ, "PATH": f"{self.bin_dir.resolve()}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
-        self._spawn("containerd", [str(self.bin_dir / "containerd"), "--config", str(c / "config.toml")], env)
+        self.processes.spawn("containerd", [str(self.bin_dir / "containerd"), "--config", str(config)], env)
         self._wait(self.containerd_socket.exists, "containerd's socket", 30)
 
     def _import_images(self) -> None:
         directory = self.root / "images"
         directory.mkdir()
-        for image, files in self.own_images or (
-            (images.PAUSE, {"pause": self.bin_dir / "pause"}),
-            (images.PROBE, {"probe": self.bin_dir / "probe"}),
-            (images.PLUGIN, {"hidden-gpu-test-plugin": self.bin_dir / "hidden-gpu-test-plugin"}),
-            (images.GFD, {"usr/bin/gpu-feature-discovery": self.bin_dir / "hidden-gpu-test-gfd"}),
-            (images.DCGM_EXPORTER, {"hidden-gpu-test-dcgm-exporter": self.bin_dir / "hidden-gpu-test-dcgm-exporter"}),
-            (images.DRA_PLUGIN, {"usr/bin/gpu-kubelet-plugin": self.bin_dir / "hidden-gpu-test-dra-plugin"}),
-            (
-                images.OPERATOR_PLUGIN,
-                {
-                    **images.host_programs("/bin/bash", "/usr/bin/cat"),
-                    "usr/bin/nvidia-device-plugin": self.bin_dir / "hidden-gpu-test-plugin",
-                },
-            ),
-            (images.OPERATOR_VALIDATOR, images.host_programs("/bin/sh")),
-        ):
+        for image, files in self.own_images or tier_images(self.bin_dir):
             archive = images.oci_archive(image, files, directory)
             images.import_archive(self.bin_dir / "ctr", self.containerd_socket, archive, self.snapshotter)
 
@@ -317,7 +206,7 @@ class Node:
         """Stop the kubelet, run `before` (say, delete the Node object), start it again with `--node-labels` when
         given, and wait until the node is Ready: a reinstall or a kubelet upgrade. Containers keep running; device
         plugins see kubelet.sock created anew and register again."""
-        self._terminate("kubelet")
+        self.processes.terminate("kubelet", 15)
         before()
         self._start_kubelet(node_labels)
         self.wait_ready()
@@ -365,7 +254,7 @@ class Node:
             "syncFrequency": "5s",
         }
         (k / "config.yaml").write_text(yaml.safe_dump(config))
-        self._spawn(
+        self.processes.spawn(
             "kubelet",
             [str(self.bin_dir / "kubelet"), f"--config={k / 'config.yaml'}",
              f"--kubeconfig={self.plane.kubeconfig(identity)}", f"--root-dir={self.kubelet_root}",
@@ -400,7 +289,7 @@ class Node:
         (each GPU's minor number is its place there) in a ResourceSlice for this node, as `kubeconfig`'s identity."""
         data = self.kubelet_root / "plugins" / driver
         data.mkdir(parents=True, exist_ok=True)
-        self._spawn(
+        self.processes.spawn(
             "dra-plugin",
             [str(self.bin_dir / "hidden-gpu-test-dra-plugin"), f"--kubeconfig={kubeconfig}", f"--node={self.name}",
              f"--driver={driver}", f"--gpus={','.join(gpus)}",
@@ -409,26 +298,18 @@ class Node:
         )  # fmt: skip
 
     def stop_dra_plugin(self) -> None:
-        self._terminate("dra-plugin")
-
-    def _spawn(self, name: str, command: list[str], env: dict[str, str]) -> None:
-        with (self.root / f"{name}.log").open("ab") as log:
-            self.processes[name] = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+        self.processes.terminate("dra-plugin", 15)
 
     def log(self, name: str) -> str:
-        path = self.root / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
+        return self.processes.log(name)
 
     def _wait(self, check: Any, what: str, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not check():
-            for name, process in self.processes.items():
-                if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited ({process.returncode}): {self.log(name)[-3000:]}")
+            if exited := self.processes.exited():
+                raise RuntimeError(exited)
             if time.monotonic() > deadline:
-                logs = "\n".join(f"--- {n}\n{self.log(n)[-2000:]}" for n in self.processes)
+                logs = "\n".join(f"--- {n}\n{self.log(n)[-2000:]}" for n in self.processes.running)
                 raise RuntimeError(f"{what} not reached in {seconds} s\n{logs}")
             time.sleep(0.3)
 
@@ -482,31 +363,19 @@ class Node:
     def stop(self) -> None:
         """The kubelet first, then every container (ctr), containerd, leftover mounts, the kubelet's pod cgroups;
         the device-plugins directory emptied and the kubelet's sysctls restored."""
-        self._terminate("dra-plugin")
-        self._terminate("kubelet")
-        if "containerd" in self.processes and self.processes["containerd"].poll() is None:
+        self.processes.terminate("dra-plugin", 15)
+        self.processes.terminate("kubelet", 15)
+        if "containerd" in self.processes and self.processes.running["containerd"].poll() is None:
             self._remove_containers()
-        self._terminate("containerd")
-        _unmount_under(self.root)
-        _remove_pod_cgroups()
-        _empty(DEVICE_PLUGINS)
+        self.processes.terminate("containerd", 15)
+        unmount_under(self.root)
+        remove_pod_cgroups()
+        empty_dir(DEVICE_PLUGINS)
         for link in KUBELET_LINKS:
-            _unlink(link)
+            unlink_link(link)
         for sysctl, value in self.sysctls.items():
             with suppress(OSError):
                 (Path("/proc/sys") / sysctl).write_text(value)
-
-    def _terminate(self, name: str) -> None:
-        """Stop `name` and forget it: a process stopped on purpose is no failure for _wait to report."""
-        process = self.processes.pop(name, None)
-        if process is None or process.poll() is not None:
-            return
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
     def _ctr(self, *args: str) -> str:
         result = subprocess.run(
@@ -523,114 +392,3 @@ class Node:
             self._ctr("tasks", "delete", "--force", line.split()[0])
         for container in self._ctr("containers", "ls", "--quiet").split():
             self._ctr("containers", "delete", container)
-
-
-def pod_pid(pod_uid: str, program: bytes) -> int:
-    """The host PID of `program` in this pod, found through its cgroup as host.audit finds pods."""
-    wanted = pod_uid.replace("-", "_")
-    for proc in Path("/proc").iterdir():
-        try:
-            ours = proc.name.isdigit() and program in (proc / "cmdline").read_bytes()
-            if ours and wanted in (proc / "cgroup").read_text().replace("-", "_"):
-                return int(proc.name)
-        except OSError:
-            continue
-    raise RuntimeError(f"no process {program.decode()} in pod {pod_uid}")
-
-
-def grant_dra_driver(plane: ControlPlane, group: str = DRA_DRIVER_GROUP) -> None:
-    """The rights NVIDIA's chart gives its DRA kubelet plugin, in the part the stand-in uses (publish its node's
-    ResourceSlices, read the claims it prepares and its Node), bound to `group`."""
-    rbac = "rbac.authorization.k8s.io"
-    plane.apply(
-        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": {"name": "hidden-gpu-test-dra-driver"},
-         "rules": [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["*"]},
-                   {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-                   {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]}
-    )  # fmt: skip
-    plane.apply(
-        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "hidden-gpu-test-dra-driver"},
-         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": "hidden-gpu-test-dra-driver"},
-         "subjects": [{"apiGroup": rbac, "kind": "Group", "name": group}]}
-    )  # fmt: skip
-
-
-def dra_devices(plane: ControlPlane, node: str, driver: str) -> dict[str, str]:
-    """The devices `driver` publishes for `node` in its ResourceSlices: device name -> its `uuid` attribute."""
-    query = f"{DRA_API_PATH}/resourceslices?fieldSelector=spec.nodeName%3D{node}"
-    return {
-        device["name"]: device["attributes"]["uuid"]["string"]
-        for piece in plane.request("GET", query)["items"]
-        if piece["spec"]["driver"] == driver
-        for device in piece["spec"]["devices"]
-    }
-
-
-def claim_results(plane: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
-    """The allocation results of a ResourceClaim (driver, pool, device, request); [] while unallocated."""
-    live = plane.request("GET", f"{DRA_API_PATH}/namespaces/{namespace}/resourceclaims/{name}")
-    results: list[dict[str, Any]] = (
-        ((live.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
-    )
-    return results
-
-
-def on_host_network(daemon_set: dict[str, Any], plane: ControlPlane) -> dict[str, Any]:
-    """A DaemonSet whose pods talk to the API server (the pinned DRA kubelet plugin), as this tier can run it: with no
-    kube-proxy and no pod network here, on the host's network at the address a Service would have given it."""
-    spec = daemon_set["spec"]["template"]["spec"]
-    spec["hostNetwork"] = True
-    host, port = plane.url.removeprefix("https://").split(":")
-    for container in spec["containers"]:
-        container["env"] = [*container.get("env", []), {"name": "KUBERNETES_SERVICE_HOST", "value": host},
-                            {"name": "KUBERNETES_SERVICE_PORT", "value": port}]  # fmt: skip
-    return daemon_set
-
-
-def using_claim(pod: dict[str, Any], claim: str) -> dict[str, Any]:
-    """The pod with its first container using ResourceClaim `claim`, under the default runtime: containerd injects a
-    claim's CDI devices itself, and under an NVIDIA RuntimeClass the image's NVIDIA_VISIBLE_DEVICES would decide
-    too (the guard asks for a request or `void` there, rule gpu-runtime-needs-a-request)."""
-    pod["spec"].pop("runtimeClassName", None)
-    pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
-    pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
-    return pod
-
-
-def _unlink(link: Path) -> None:
-    """Remove the link this tier made (never a directory a real kubelet left)."""
-    if link.is_symlink():
-        link.unlink()
-    elif link.exists():
-        raise RuntimeError(f"{link} exists and is not this tier's link: is a kubelet running on this machine?")
-
-
-def _empty(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for entry in directory.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-
-
-def _unmount_under(root: Path) -> None:
-    """Lazily unmount, deepest first, whatever is still mounted under root (sandbox shm, rootfs, volumes)."""
-    points = [
-        line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-        if line.split()[4].startswith(f"{root}/")
-    ]  # fmt: skip
-    for point in sorted(set(points), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-
-
-def _remove_pod_cgroups() -> None:
-    """The kubelet's kubepods cgroups (cgroupfs driver), deepest first; any still holding a process stays."""
-    base = Path("/sys/fs/cgroup")
-    tops = [base / "kubepods"] if (base / "cgroup.controllers").exists() else list(base.glob("*/kubepods"))
-    for top in tops:
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-            with suppress(OSError):
-                directory.rmdir()
-        with suppress(OSError):
-            top.rmdir()

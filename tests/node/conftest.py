@@ -31,8 +31,10 @@ from common.names import (
     pinned_operand_name,
 )
 from e2e.controlplane import ApiError, ControlPlane
+from e2e.host_state import pod_pid
 from e2e.images import DCGM_EXPORTER, DRA_PLUGIN, GFD, PLUGIN, PROBE
-from e2e.node import DRA_DRIVER, DRA_DRIVER_GROUP, Node, pod_pid
+from e2e.node import Node
+from e2e.node_dra import DRA_DRIVER, DRA_DRIVER_GROUP
 from host import audit
 from offline.render import render
 from tests.real.conftest import eventually as real_eventually

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from e2e.controlplane import ControlPlane
-from e2e.node import Node, Toolkit
+from e2e.node import Node
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import (
     GPU,
     NODE,

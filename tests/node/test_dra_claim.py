@@ -20,16 +20,9 @@ import pytest
 
 from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_API_PATH, NVIDIA_DRA_DRIVER, dra_plugin_name
 from e2e.controlplane import ControlPlane, naming
-from e2e.node import (
-    DRA_DRIVER,
-    Node,
-    Toolkit,
-    claim_results,
-    dra_devices,
-    grant_dra_driver,
-    on_host_network,
-    using_claim,
-)
+from e2e.node import Node
+from e2e.node_dra import DRA_DRIVER, claim_results, dra_devices, grant_dra_driver, on_host_network, using_claim
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import (
     GPU,
     NODE,

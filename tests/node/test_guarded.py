@@ -15,7 +15,8 @@ import pytest
 
 from cluster import verify
 from e2e.controlplane import ControlPlane
-from e2e.node import Node, Toolkit
+from e2e.node import Node
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import (
     NODE,
     TENANT,

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from e2e.controlplane import ControlPlane
-from e2e.node import HARDENED, Node
+from e2e.node import Node
+from e2e.node_gpus import HARDENED
 from tests.node.conftest import (
     GPU,
     allocated,

@@ -36,7 +36,8 @@ from common.names import (
 from e2e import gpu_operator
 from e2e.controlplane import ApiError, ControlPlane
 from e2e.images import DCGM_EXPORTER, OPERATOR_PLUGIN, OPERATOR_VALIDATOR, PLUGIN
-from e2e.node import Node, Toolkit
+from e2e.node import Node
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import NODE, Sampler, clear_plugin_namespace, delete_guard, eventually, stack
 from tests.real.harness import Stopwatch, pulumi_stack
 from tests.support.stacks import EXPOSED, HIDDEN

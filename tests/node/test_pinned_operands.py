@@ -17,7 +17,9 @@ import pytest
 
 from common.names import NFD_FEATURES_DIR, pinned_operand_name
 from e2e.controlplane import ControlPlane
-from e2e.node import Node, Toolkit, pod_pid
+from e2e.host_state import pod_pid
+from e2e.node import Node
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import (
     NODE,
     PLUGIN_NAMESPACE,

@@ -15,7 +15,8 @@ from pulumi import automation as auto
 
 from e2e.controlplane import ControlPlane
 from e2e.images import DCGM_EXPORTER, PLUGIN
-from e2e.node import Node, Toolkit
+from e2e.node import Node
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import (
     GPU,
     NODE,

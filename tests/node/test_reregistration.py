@@ -25,7 +25,8 @@ import pytest
 
 from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, PLUGIN_NAME
 from e2e.controlplane import ControlPlane
-from e2e.node import Node, Toolkit
+from e2e.node import Node
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import (
     GPU,
     NODE,

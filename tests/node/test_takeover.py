@@ -17,7 +17,8 @@ import pytest
 from cluster.verify import leftover_fields
 from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN
-from e2e.node import Node, Toolkit
+from e2e.node import Node
+from e2e.node_gpus import Toolkit
 from tests.node.conftest import (
     GPU,
     NODE,
