@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from e2e.gpu_pack import pack_gpu_host
+from e2e.gpu_pack import GPU_CARRY, NODESET_FILE, pack_gpu_host
 
 HERE = Path(__file__).resolve().parent
 MODULES = HERE / "go"
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
     arguments.add_argument(
-        "--gpu-host", action="store_true", help="only the GPU host's binaries, packed into e2e/.gpu/node/nodeset.tar.xz"
+        "--gpu-host", action="store_true", help=f"only the GPU host's binaries, packed into {GPU_CARRY}/{NODESET_FILE}"
     )
     args = arguments.parse_args(argv)
     if shutil.which("go") is None:

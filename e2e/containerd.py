@@ -24,6 +24,11 @@ esac
 """
 
 
+def socket_of(root: Path) -> Path:
+    """Where the containerd of a node under `root` serves CRI (its ttrpc socket beside it)."""
+    return root / "containerd/containerd.sock"
+
+
 def write_cni(directory: Path) -> None:
     """The stub as the network's plugin and as `loopback`, and the network list naming it, under `directory`."""
     (directory / "bin").mkdir(parents=True)
@@ -54,8 +59,8 @@ def containerd_config(root: Path, bin_dir: Path, snapshotter: str, cdi: list[Pat
     return (
         "version = 3\n"
         f'root = "{c}/root"\nstate = "{c}/state"\n'
-        f'[grpc]\naddress = "{c}/containerd.sock"\n'
-        f'[ttrpc]\naddress = "{c}/containerd.sock.ttrpc"\n'
+        f'[grpc]\naddress = "{socket_of(root)}"\n'
+        f'[ttrpc]\naddress = "{socket_of(root)}.ttrpc"\n'
         f"[plugins.'io.containerd.internal.v1.opt']\npath = \"{c}/opt\"\n"
         "[plugins.'io.containerd.nri.v1.nri']\ndisable = true\n"
         "[plugins.'io.containerd.grpc.v1.cri']\n"

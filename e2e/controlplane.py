@@ -133,13 +133,13 @@ class ControlPlane:
         (self.root / "audit.yaml").write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n")
         etcd_client, etcd_peer, api = free_port(), free_port(), free_port()
         self.url = f"https://127.0.0.1:{api}"
-        self._spawn("etcd", bin_dir / "etcd", "--name", "e2e", "--data-dir", str(self.root / "etcd"),
+        self.spawn("etcd", bin_dir / "etcd", "--name", "e2e", "--data-dir", str(self.root / "etcd"),
                     "--unsafe-no-fsync", "--listen-client-urls", f"http://127.0.0.1:{etcd_client}",
                     "--advertise-client-urls", f"http://127.0.0.1:{etcd_client}",
                     "--listen-peer-urls", f"http://127.0.0.1:{etcd_peer}",
                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{etcd_peer}",
                     "--initial-cluster", f"e2e=http://127.0.0.1:{etcd_peer}", "--log-level", "warn")  # fmt: skip
-        self._spawn("kube-apiserver", bin_dir / (f"kube-apiserver-{minor}" if minor else "kube-apiserver"),
+        self.spawn("kube-apiserver", bin_dir / (f"kube-apiserver-{minor}" if minor else "kube-apiserver"),
                     f"--etcd-servers=http://127.0.0.1:{etcd_client}", "--bind-address=127.0.0.1",
                     "--advertise-address=127.0.0.1", f"--secure-port={api}",
                     # v1.37 refuses a loopback advertise address with the default (lease) endpoint reconciler
@@ -164,15 +164,12 @@ class ControlPlane:
                 if component == "kube-controller-manager"
                 else []
             )  # fmt: skip
-            self._spawn(component, bin_dir / component, f"--kubeconfig={self.kubeconfig(identity)}",
+            self.spawn(component, bin_dir / component, f"--kubeconfig={self.kubeconfig(identity)}",
                         "--leader-elect=false", "--secure-port=0", *extra)  # fmt: skip
 
-    def _spawn(self, name: str, binary: Path, *args: str) -> None:
-        self.processes.spawn(name, [str(binary), *args])
-
     def spawn(self, name: str, binary: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        """One more process beside the plane's own (the real tier's kwok): logged to `<name>.log` (log()),
-        restarted by restart(), stopped before the others by stop()."""
+        """A process of the plane, or one more beside its own (the real tier's kwok): logged to `<name>.log`
+        (log()), restarted by restart(), stopped newest first by stop()."""
         self.processes.spawn(name, [str(binary), *args], env)
 
     def kill(self, name: str) -> None:

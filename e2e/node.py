@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from e2e import images
-from e2e.containerd import containerd_config, tier_images, write_cni
+from e2e.containerd import containerd_config, socket_of, tier_images, write_cni
 from e2e.controlplane import ApiError, ControlPlane, free_port
 from e2e.host_state import empty_dir, remove_pod_cgroups, unlink_link, unmount_under
 from e2e.node_gpus import CDI_KIND, DEFAULTS, Toolkit, cdi_spec
@@ -181,7 +181,7 @@ class Node:
 
     @property
     def containerd_socket(self) -> Path:
-        return self.root / "containerd/containerd.sock"
+        return socket_of(self.root)
 
     def _start_containerd(self) -> None:
         config = self.root / "containerd/config.toml"

@@ -178,10 +178,15 @@ def clear_plugin_namespace(plane: ControlPlane) -> None:
     """Every DaemonSet earlier modules left in the plugin's namespace (the plugin, the pinned operands) deleted, and
     their pods gone: the module starts from a node without them."""
     plane.request("DELETE", f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets")
-    # Their pods deleted here too (graceful: the kubelet confirms), not left to the garbage collector, whose pace is
-    # not this test's: one CI run (2 cores, whole node tier) still had pods here 90 s later.
-    plane.request("DELETE", f"/api/v1/namespaces/{PLUGIN_NAMESPACE}/pods")
-    eventually(lambda: no_pods(plane, PLUGIN_NAMESPACE), "no earlier pod in the plugin's namespace")
+    # Their pods deleted here too, not left to the garbage collector, whose pace is not this test's: one CI run
+    # (2 cores, whole node tier) still had pods here 90 s later.
+    delete_every_pod(plane, PLUGIN_NAMESPACE)
+
+
+def delete_every_pod(plane: ControlPlane, namespace: str) -> None:
+    """Delete every pod of the namespace, gracefully (the kubelet confirms), and wait until none is left."""
+    plane.request("DELETE", f"/api/v1/namespaces/{namespace}/pods")
+    eventually(lambda: no_pods(plane, namespace), f"no pod left in {namespace}")
 
 
 def no_pods(plane: ControlPlane, namespace: str) -> bool:
@@ -299,8 +304,7 @@ def seen(lines: list[str]) -> set[str]:
 
 def delete_pods(plane: ControlPlane, node: Node) -> None:
     """Delete every tenant pod and wait until the kubelet has stopped them."""
-    plane.request("DELETE", f"/api/v1/namespaces/{TENANT}/pods")  # graceful: the kubelet confirms
-    eventually(lambda: no_pods(plane, TENANT), "tenant pods deleted")
+    delete_every_pod(plane, TENANT)
 
 
 def allocated(node: Node, pod: dict[str, Any]) -> list[str]:
