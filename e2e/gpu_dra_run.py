@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,15 @@ def plugin_log(node: Node) -> list[str]:
     return [line[:300] for line in lines if any(k in line for k in keep)][:60]
 
 
+def claim_specs() -> dict[str, Any]:
+    """The plugin's per-claim CDI specs (its cdiRoot is the host's /var/run/cdi): what a claim's container gets."""
+    found = {}
+    for spec in sorted(Path("/var/run/cdi").glob("k8s.gpu.nvidia.com*")):
+        with contextlib.suppress(OSError, ValueError):
+            found[spec.name] = json.loads(spec.read_text()) if spec.suffix == ".json" else spec.read_text()[:4000]
+    return found
+
+
 def phases(run: Run, carry: Path, root: str) -> dict[str, Any]:
     plane, node, uuid = run.plane, run.node, run.uuid
 
@@ -223,6 +233,7 @@ def phases(run: Run, carry: Path, root: str) -> dict[str, Any]:
         "claim_pod": {k: view[k] for k in ("phase", "seen", "lines", "seconds")},
         "allocated": [published.get(r["device"], r["device"]) for r in claim_results(plane, TENANT, "gpu")],
         "plugin_log": plugin_log(node),
+        "claim_cdi_spec": claim_specs(),
     }
     run.delete_pods()
     plane.request("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{TENANT}/resourceclaims/gpu")
@@ -285,6 +296,11 @@ def run(carry: Path, out: Path) -> int:
         if f"hostPath: {DRIVER_ROOT}/lib64/libnvidia-ml.so" not in held.extra["nvidia.yaml"]:
             raise RuntimeError(f"this host's NVML is not in {DRIVER_ROOT}/lib64: render the stack with its driver root")
         pod, pod_files = pod_image(bin_dir, held.work / "images", spec_dir, None)
+        # A claim's spec mounts the driver root's files at their paths under that root (/lib64 here), where a CUDA
+        # image's LD_LIBRARY_PATH (/usr/local/nvidia/lib64) does not look; the image looks there too.
+        pod = replace(
+            pod, env={**pod.env, "LD_LIBRARY_PATH": ":".join(filter(None, (pod.env.get("LD_LIBRARY_PATH"), "/lib64")))}
+        )
         node_images = [(images.PAUSE, {"pause": bin_dir / "pause"}), (pod, pod_files),
                        plugin_image(bin_dir, held.work / "images", spec_dir)]  # fmt: skip
         controllers = (

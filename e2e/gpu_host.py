@@ -48,6 +48,7 @@ echo "env NVIDIA_VISIBLE_DEVICES=${NVIDIA_VISIBLE_DEVICES-<unset>}"
 for f in /dev/nvidia*; do [ -e "$f" ] && echo "dev ${f#/dev/}"; done
 for f in /var/run/nvidia-container-devices/*; do [ -e "$f" ] && echo "request ${f##*/}"; done
 for f in /run/hidden-gpu-test/gpus/*; do [ -e "$f" ] && echo "cdi-file ${f##*/}"; done
+for f in /lib64/libnvidia-ml.so* /usr/local/nvidia/lib64/libnvidia-ml.so*; do [ -e "$f" ] && echo "nvml $f"; done
 out=$(/usr/bin/nvidia-smi -L 2>&1); rc=$?
 echo "$out" | while IFS= read -r line; do echo "smi $line"; done
 echo "smi-rc $rc"

@@ -54,3 +54,21 @@ def test_the_record_shows_the_plugin_back_in_place_after_a_kubelet_restart_as_th
     # The refused first pod goes with a deleted pod's GPU still in the checkpoint (docs/operations.md).
     assert restart["pod at_once"]["reason"] == "UnexpectedAdmissionError" and restart["stale checkpoint entries"]
     assert restart["pod then"]["allocated"] == restart["pod then"]["seen"] == [uuid]
+
+
+DRA_RECORD = RECORD.with_name("gpu-host-dra-plugin.json")
+
+
+def test_the_dra_record_shows_what_docs_security_says_of_the_pinned_plugin() -> None:
+    """NVIDIA's DRA kubelet plugin as rendered: exposed, the slice and the claim pod hold exactly the GPU; hidden, no
+    device and the UUID in no API object; privileged (the control), the GPU published."""
+    result = json.loads(DRA_RECORD.read_text())
+    assert "error" not in result
+    uuid = result["host"]["gpus"][0]["uuid"]
+    exposed = result["exposed"]
+    assert list(exposed["published"].values()) == exposed["allocated"] == exposed["claim_pod"]["seen"] == [uuid]
+    assert any("Adding device gpu-0" in line for line in exposed["plugin_log"])
+    assert result["hidden"]["uuid_in"] == [] and "slice_emptied_s" in result["hidden"]
+    assert list(result["privileged"]["published"].values()) == [uuid]
+    docs = (RECORD.parents[1] / "security.md").read_text()
+    assert "docs/measurements/gpu-host-dra-plugin.json" in docs
