@@ -1,5 +1,6 @@
-"""The Python distribution of the components (pyproject.toml): built from its files alone, installed
-elsewhere, and used there by a Pulumi program under Pulumi's public test mocks."""
+"""The Python distribution of the components (pyproject.toml), the component provider's own install: built from
+its files alone, installed elsewhere, and the components used from it under Pulumi's public test mocks; never a
+library for other programs (generic top-level names), and never published."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ def _pins(path: Path) -> dict[str, str]:
         if found:
             pins[found[1].lower()] = found[2]
     return pins
+
+
+def test_the_distribution_is_never_published_as_a_library() -> None:
+    """Its top-level names are generic (a program's own `components/` would collide): PyPI refuses the upload."""
+    assert "Private :: Do Not Upload" in PROJECT["project"]["classifiers"]
+    assert {"common", "components"} <= set(PACKAGES)  # the reason; a namespaced layout would lift both lines
 
 
 def test_each_dependency_starts_at_the_projects_own_pin() -> None:
