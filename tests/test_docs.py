@@ -46,6 +46,18 @@ def test_the_writer_refuses_a_file_it_did_not_generate(tmp_path: Path) -> None:
     assert handwritten.read_text() == "# my notes\n"
 
 
+def test_the_readmes_render_output_is_what_make_render_prints(tmp_path: Path) -> None:
+    """README's first command, and what it says it prints, for the stack it names."""
+    from offline import render  # noqa: PLC0415 (the one docs test that renders)
+
+    shown = (ROOT / "README.md").read_text().split("stack prod: ", 1)[1].split("```", 1)[0]
+    printed = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")  # a terminal's: the GPU map's own characters
+    with contextlib.redirect_stdout(printed):
+        assert render.main(["--stack", "prod", "--out", str(tmp_path / "prod")]) == 0
+    printed.seek(0)
+    assert printed.read().replace(str(tmp_path / "prod"), "render/prod") == f"stack prod: {shown}"
+
+
 def test_readme_is_short() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 150
 
