@@ -35,8 +35,8 @@ HERE = Path(__file__).resolve().parent
 MODULES = HERE / "go"
 LINKS = HERE / ".bin"
 CACHE = Path(os.environ.get("HIDDEN_GPU_E2E_CACHE", Path.home() / ".cache/hidden-gpu/e2e"))
-# The whole cold build's Go caches took 25 GB here (docs/measurements/cold-ci-minors-2core.json), the largest group
-# (k8s) about a third of that: refuse to start a group's build that cannot finish.
+# The whole cold build's Go caches took 23 to 25 GB here (docs/measurements/cold-ci-nodwarf-2core.json), the
+# largest group (k8s) about a third of that: refuse to start a group's build that cannot finish.
 NEEDED_FREE_BYTES = 12 * 2**30
 PROVIDER_MODULE = "github.com/pulumi/pulumi-kubernetes/provider/v4"
 PROVIDER_CMD = "cmd/pulumi-resource-kubernetes"
