@@ -1,57 +1,36 @@
 """host.audit: NVML processes mapped to pods through fixture /proc trees and the kubelet's PodResources API,
-served by a real gRPC server on a unix socket."""
+served by a real gRPC server on a unix socket. A pod's process on a hidden GPU, or on a GPU the kubelet allocated to
+another pod, is a violation, as is a hidden GPU the kubelet can allocate or hand out through a DRA claim; a source
+that cannot be read is refused or named without silencing the others; the shipped alerting rules name only
+metrics the exporter writes."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
 from common.cli import EXIT_FINDING, EXIT_UNAVAILABLE, EXIT_USAGE, UnavailableError
-from common.names import Role
 from host import audit
 from host.report import Report
-from host.watch import Watcher, scan_forever
+from host.watch import Watcher
+from tests.support.audit_node import (
+    CGROUP_LAYOUTS,
+    CID,
+    EXPOSED,
+    HIDDEN,
+    HOST_CGROUPS,
+    POD,
+    proc_tree,
+    run_args,
+    stack_file,
+)
 from tests.support.fake_kubelet import Kubelet, serve
 from tests.support.fake_nvml import FakeGpu, fake_nvml
 from tests.support.stacks import CLUSTER
-
-POD = "0d3d1c8a-6b0e-4c3c-9a4c-1e2f3a4b5c6d"
-POD_ = POD.replace("-", "_")
-CID = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
-EXPOSED = "GPU-aaaaaaaa-1111-4222-8333-444455556666"
-HIDDEN = "GPU-bbbbbbbb-1111-4222-8333-444455556666"
-THIRD = "GPU-cccccccc-1111-4222-8333-444455556666"
-
-CGROUP_LAYOUTS = {
-    "v1-cgroupfs-containerd": (
-        f"12:memory:/kubepods/burstable/pod{POD}/{CID}\n"
-        f"11:devices:/kubepods/burstable/pod{POD}/{CID}\n"
-        f"1:name=systemd:/kubepods/burstable/pod{POD}/{CID}\n"
-    ),
-    "v1-systemd-containerd": (
-        f"12:memory:/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_}.slice/cri-containerd-{CID}.scope\n"
-        "0::/\n"
-    ),
-    "v1-systemd-crio": f"4:pids:/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{POD_}.slice/crio-{CID}.scope\n",
-    "v2-systemd-containerd": f"0::/kubepods.slice/kubepods-pod{POD_}.slice/cri-containerd-{CID}.scope\n",
-    "v2-systemd-crio": f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{POD_}.slice/crio-{CID}.scope\n",
-    "v2-cgroupfs-containerd": f"0::/kubepods/pod{POD}/{CID}\n",
-    "v2-cgroupfs-crio": f"0::/kubepods/besteffort/pod{POD}/crio-{CID}\n",
-    "v2-seen-from-a-pod-cgroup-namespace": f"0::/../../kubepods-besteffort-pod{POD_}.slice/cri-containerd-{CID}.scope\n",
-}
-HOST_CGROUPS = {
-    "v2-user-session": "0::/user.slice/user-1000.slice/session-3.scope\n",
-    "v2-docker-outside-kubernetes": f"0::/system.slice/docker-{CID}.scope\n",
-    "v1-host-service": "12:memory:/system.slice/partner-trainer.service\n1:name=systemd:/system.slice/partner-trainer.service\n",
-}
 
 
 @pytest.mark.parametrize("layout", CGROUP_LAYOUTS, ids=list(CGROUP_LAYOUTS))
@@ -71,18 +50,6 @@ def test_host_processes_have_no_pod(layout: str) -> None:
     assert audit.owner_from_cgroup(HOST_CGROUPS[layout]) == audit.Owner(None, None)
 
 
-def proc_tree(root: Path, cgroups: dict[int, str | bytes]) -> Path:
-    """A host's /proc: self/, init (pid 1, as every live proc tree has) and the given processes."""
-    (root / "proc" / "self").mkdir(parents=True, exist_ok=True)
-    (root / "proc" / "1").mkdir(exist_ok=True)
-    (root / "proc" / "1" / "cgroup").write_text(HOST_CGROUPS[next(iter(HOST_CGROUPS))])
-    for pid, text in cgroups.items():
-        (root / "proc" / str(pid)).mkdir(parents=True)
-        cgroup = root / "proc" / str(pid) / "cgroup"
-        cgroup.write_bytes(text) if isinstance(text, bytes) else cgroup.write_text(text)
-    return root / "proc"
-
-
 def log_tree(root: Path, pods: dict[str, tuple[str, str]], containers: dict[str, tuple[str, str, str]]) -> Path:
     """The kubelet's log layout: /var/log/pods/<ns>_<pod>_<uid>, /var/log/containers/<pod>_<ns>_<c>-<id>.log"""
     for uid, (namespace, pod) in pods.items():
@@ -91,28 +58,6 @@ def log_tree(root: Path, pods: dict[str, tuple[str, str]], containers: dict[str,
     for cid, (namespace, pod, container) in containers.items():
         (root / "log" / "containers" / f"{pod}_{namespace}_{container}-{cid}.log").write_text("")
     return root / "log"
-
-
-def stack_file(root: Path) -> Path:
-    path = root / "Pulumi.t.yaml"
-    node = {"name": "gpu-node-01", "exposedGpus": [EXPOSED], "hiddenGpus": [HIDDEN]}
-    path.write_text(yaml.safe_dump({"config": {**CLUSTER, "hidden-gpu:nodes": [node]}}))
-    return path
-
-
-def run_args(root: Path) -> list[str]:
-    return [
-        "--stack-file",
-        str(stack_file(root)),
-        "--node",
-        "gpu-node-01",
-        "--proc-root",
-        str(root / "proc"),
-        "--log-root",
-        str(root / "log"),
-        "--pod-resources-socket",
-        str(root / "kubelet.sock"),
-    ]
 
 
 def run(root: Path, gpus: list[FakeGpu], capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
@@ -297,103 +242,6 @@ def test_gpu_exposed_by_its_mig_devices_counts_as_exposed(tmp_path: Path, capsys
     assert report["gpus"][0]["exposed"] is True and report["violations"] == []
 
 
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        lines = response.read().decode().splitlines()
-    return {line.split(" ")[0]: float(line.split(" ")[1]) for line in lines if line.startswith("hidden_gpu_")}
-
-
-def wait_for(predicate: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 10
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
-
-
-def test_a_gpus_process_series_stays_while_it_is_there_and_goes_with_it() -> None:
-    """The gauge per GPU is set anew each scan, never cleared first (a scrape then would miss GPUs still there);
-    a GPU the scan no longer lists, or listed under another role, loses its old series."""
-    watcher = Watcher(lambda: Report("gpu-node-01"), 1.0, None, None)
-
-    def gpu(uuid: str, exposed: bool, processes: int) -> dict[str, object]:
-        return {"uuid": uuid, "exposed": exposed, "processes": [{}] * processes}
-
-    def value(uuid: str, role: str) -> float | None:
-        labels = {"uuid": uuid, "role": role}
-        return watcher.registry.get_sample_value("hidden_gpu_audit_gpu_processes", labels)
-
-    watcher.record(Report("gpu-node-01", gpus=[gpu(EXPOSED, True, 2), gpu(HIDDEN, False, 0)]), None)
-    assert (value(EXPOSED, "exposed"), value(HIDDEN, "hidden")) == (2.0, 0.0)
-    # What a scrape would read after each change the next scan makes to the gauge.
-    gauge, read = watcher.processes, []
-
-    class Scraped:
-        def __getattr__(self, name: str) -> Callable[..., object]:
-            def call(*args: str) -> object:
-                done = getattr(gauge, name)(*args)
-                read.append(value(HIDDEN, "hidden"))
-                return done
-
-            return call
-
-    watcher.processes = Scraped()  # type: ignore[assignment]
-    watcher.record(Report("gpu-node-01", gpus=[gpu(HIDDEN, False, 1), gpu(THIRD, False, 0)]), None)
-    assert read and None not in read, read  # the hidden GPU, there in both scans, was never missing
-    watcher.processes = gauge
-    assert (value(HIDDEN, "hidden"), value(THIRD, "hidden"), value(EXPOSED, "exposed")) == (1.0, 0.0, None)
-
-
-def test_watch_publishes_the_violation_gauge_as_it_moves(tmp_path: Path, unused_port: int) -> None:
-    proc_tree(tmp_path, {100: CGROUP_LAYOUTS["v2-systemd-containerd"]})
-    hidden = FakeGpu(HIDDEN)
-    sources = audit.Sources(
-        fake_nvml([FakeGpu(EXPOSED), hidden]), tmp_path / "proc", tmp_path / "log", tmp_path / "none.sock"
-    )
-    roles = {EXPOSED: Role.EXPOSED, HIDDEN: Role.HIDDEN}
-    scans: list[int] = []
-
-    def scan() -> Report:
-        report = audit.audit(sources, "gpu-node-01", roles)
-        scans.append(len(report.violations))
-        return report
-
-    textfile = tmp_path / "hidden_gpu.prom"
-    watcher = Watcher(scan, 0.05, unused_port, textfile, "127.0.0.1")
-    stop = threading.Event()
-    thread = threading.Thread(target=watcher.run, args=(stop,))
-    thread.start()
-    try:
-        wait_for(lambda: bool(scans) and scrape(unused_port).get("hidden_gpu_audit_scan_ok") == 1.0)
-        assert scrape(unused_port)["hidden_gpu_audit_violations"] == 0.0
-        hidden.compute = [(100, 1)]  # a pod's process appears on the hidden GPU
-        wait_for(lambda: scrape(unused_port)["hidden_gpu_audit_violations"] == 1.0)
-        key = f'hidden_gpu_audit_gpu_processes{{role="hidden",uuid="{HIDDEN}"}}'
-        wait_for(lambda: scrape(unused_port).get(key) == 1.0)  # set by the scan that counted the violation
-        hidden.compute = []
-        wait_for(lambda: scrape(unused_port)["hidden_gpu_audit_violations"] == 0.0)
-        assert scrape(unused_port)["hidden_gpu_audit_last_success_timestamp_seconds"] > 0
-        # The textfile is written (atomically) after the gauges are set: it catches up within a scan.
-        wait_for(lambda: "hidden_gpu_audit_violations 0.0" in textfile.read_text())
-    finally:
-        stop.set()
-        thread.join()
-
-
-def test_a_scan_that_cannot_see_is_not_a_clean_scan(tmp_path: Path, unused_port: int) -> None:
-    def blind() -> Report:
-        raise UnavailableError("no NVIDIA driver here")
-
-    watcher = Watcher(blind, 0.05, None, tmp_path / "m.prom", "127.0.0.1")
-    stop = threading.Event()
-    thread = threading.Thread(target=watcher.run, args=(stop,))
-    thread.start()
-    wait_for((tmp_path / "m.prom").exists)
-    stop.set()
-    thread.join()
-    text = (tmp_path / "m.prom").read_text()
-    assert "hidden_gpu_audit_scan_ok 0.0" in text and "hidden_gpu_audit_violations" not in text.split("scan_ok")[1]
-
-
 # --- One source failing does not silence the others (issue 21, item 6) ---
 
 
@@ -432,36 +280,6 @@ def test_a_failing_kubelet_still_reports_what_the_processes_show(
     assert "FAILED    kubelet PodResources: the kubelet's PodResources API" in out
     status, out = run(tmp_path, [FakeGpu(EXPOSED), FakeGpu(HIDDEN)], capsys)
     assert status == EXIT_UNAVAILABLE and out.strip().endswith("1 failed source(s)")
-
-
-def test_watch_stops_at_sigterm_without_waiting_for_a_hung_scan(tmp_path: Path) -> None:
-    """A scan stuck in a driver call: the signal handler only sets the event; the loop must notice."""
-    stuck = threading.Event()
-    reports: list[str | None] = []
-
-    def hanging() -> Report:
-        stuck.set()
-        threading.Event().wait(600)
-        raise AssertionError("unreachable")
-
-    stop = threading.Event()
-    loop = threading.Thread(target=scan_forever, args=(hanging, 0.3, stop, lambda _r, e: reports.append(e)))
-    loop.start()
-    assert stuck.wait(5)
-    waited = time.monotonic()
-    while not reports and time.monotonic() - waited < 5:  # past its interval: reported as failed meanwhile
-        time.sleep(0.02)
-    stop.set()
-    loop.join(5)  # the hung scan waits 600 s: a loop that waited for it would still be alive
-    assert not loop.is_alive()
-    assert reports and reports[0] is not None and reports[0].startswith("scan still running after")
-
-
-def test_a_missing_textfile_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    proc_tree(tmp_path, {})
-    args = [*run_args(tmp_path), "--watch", "--textfile", str(tmp_path / "no/such/m.prom")]
-    assert audit.main(args, nvml=fake_nvml([FakeGpu(EXPOSED)])) == EXIT_USAGE
-    assert "--textfile" in capsys.readouterr().err
 
 
 # PromQL words that are not metric names: functions, operators, aggregation modifiers.

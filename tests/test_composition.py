@@ -22,8 +22,8 @@ from offline.sdk import UNKNOWN
 from policy.rules import RESOURCE_VALIDATORS, plugin_nodes_have_label_patch
 from stack_config.errors import InvalidInputError
 from tests.support.objects import env_of, only, plugins
+from tests.support.policy_pack import Collected, policy_resource, resource_args
 from tests.support.stacks import EXPOSED, HIDDEN, changed, node
-from tests.test_policy import Collected, policy_resource, resource_args
 
 NAME = "gpu-node-01"
 SECOND = HIDDEN[0]

@@ -11,7 +11,8 @@ import pytest
 from common.names import DEFAULT_PLUGIN_NAMESPACE
 from offline.program import run_program
 from stack_config import InvalidConfigError, parse_project_config
-from tests.support.stacks import EXPOSED, REJECTIONS, Rejection, changed, node, valid_config
+from tests.support.rejections import REJECTIONS, Rejection
+from tests.support.stacks import EXPOSED, changed, node, valid_config
 
 
 def assert_names(message: str, case: Rejection) -> None:

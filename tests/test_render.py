@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from offline import render
-from tests.support.stacks import EXPOSED, REJECTIONS, Rejection, changed, valid_config, write_stack
+from tests.support.rejections import REJECTIONS, Rejection
+from tests.support.stacks import EXPOSED, changed, valid_config, write_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 

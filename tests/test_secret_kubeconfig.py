@@ -14,8 +14,8 @@ from common.cli import EXIT_OK, EXIT_USAGE
 from stack_config import read_stack_file
 from tests.support.fake_apiserver import Cluster, serve
 from tests.support.stacks import write_stack
+from tests.support.verify_cluster import PROD, healthy
 from tests.test_release import retired
-from tests.test_verify import PROD, healthy
 
 SECRET = {"secure": "v1:c2VjcmV0LWNpcGhlcnRleHQ="}
 

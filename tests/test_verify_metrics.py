@@ -14,8 +14,8 @@ from cluster import verify
 from cluster.metrics import METRICS
 from common.cli import EXIT_FINDING, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from tests.support.fake_apiserver import Cluster, serve
+from tests.support.verify_cluster import PROD_CONFIG, healthy, run
 from tests.test_audit import promql_metric_names
-from tests.test_verify import PROD_CONFIG, healthy, run
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "cluster" / "hidden-gpu-verify.rules.yml"

@@ -160,7 +160,7 @@ def routes(pod: dict[str, Any], cluster: Cluster) -> list[str]:
         if spec.get(flag):
             found.append(flag)
     # A pod's resourceClaims are no route of their own: each claim was judged when it was created, by the class it
-    # names (tests/test_access_guard.py, the claim routes).
+    # names (tests/test_access_guard_claims.py).
     every = [*(spec.get("initContainers") or []), *spec["containers"], *(spec.get("ephemeralContainers") or [])]
     for node in landing_nodes(pod, cluster):
         name = spec.get("runtimeClassName")

@@ -1,6 +1,6 @@
 """The routes an attacker takes to a device, each with the guard rule that must deny it, and the pods a
 platform and its tenants really run, which it must admit. Judged by the rendered policies in a CEL engine
-(tests/test_access_guard.py) and by a real API server (tests/real/test_admission.py);
+(tests/test_access_guard.py, tests/test_access_guard_claims.py) and by a real API server (tests/real/test_admission.py);
 docs/security.md lists the same routes with their sources."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from cluster import verify
 from offline.bench import synthetic_stack
 from tests.support.fake_apiserver import serve
 from tests.support.stacks import write_stack
-from tests.test_verify import healthy
+from tests.support.verify_cluster import healthy
 
 
 def main() -> int:
