@@ -25,14 +25,20 @@ from components.access_guard import guard_args
 from components.hidden_gpu_node import node_args
 from desired.node_labels import gpu_device_classes
 from desired.stack_claims import exposed_by_node
-from offline.sdk import full_config
 from stack_config import InvalidConfigError, device_class_warnings, parse_project_config, quota_warnings
-from stack_config.reviewed import check_reviewed
+from stack_config.reviewed import check_reviewed, handed_config
 
+
+def handed(key: str) -> str | None:
+    namespace, _, name = key.partition(":")
+    return pulumi.Config(namespace).get(name)
+
+
+project_dir = Path(__file__).resolve().parent
 try:
-    stack = parse_project_config(full_config())
+    stack = parse_project_config(handed_config(project_dir, pulumi.get_stack(), handed))
     # Only what the stack file says: not an ESC environment's, Pulumi.yaml's or --config's values.
-    check_reviewed(stack, Path(__file__).resolve().parent, pulumi.get_stack())
+    check_reviewed(stack, project_dir, pulumi.get_stack())
 except InvalidConfigError as error:
     raise pulumi.RunError(f"invalid stack config: {error}") from None
 

@@ -125,7 +125,7 @@ def summary_data(rendered: Rendered, out_dir: Path) -> dict[str, Any]:
     if rendered.environments:
         warnings.append(
             f"the stack imports ESC environments ({', '.join(rendered.environments)}) that this render "
-            f"cannot read; `pulumi up` refuses any {PROJECT}: value they add"
+            f"cannot read; `pulumi up` refuses any {PROJECT}: value they change"
         )
     return {
         "stack": rendered.stack_name,

@@ -1,8 +1,6 @@
 """The non-public parts of the Pulumi Python SDK this project relies on, each behind one function.
 
 Why each is needed:
-- the whole config map: the public `pulumi.Config` reads one key at a time and cannot list keys,
-  and the program must see every `hidden-gpu:` key to refuse a misspelt one;
 - the root resource, the run state, a run function and a synchronous await: Pulumi's own mocks run a program
   only inside `@pulumi.runtime.test`; the offline render runs `__main__.py` as `pulumi up` would,
   outside pytest, and reads the stack's exports;
@@ -10,8 +8,8 @@ Why each is needed:
   know a value, which the tests tell from an empty or absent one.
 A Pulumi upgrade that changes any of them fails tests/test_rooms.py with the name of the symbol.
 
-Here in the offline harness, not beside the components: the components, and the Python distribution of them
-(pyproject.toml), use the public SDK only (tests/test_rooms.py); the program takes `full_config` from here.
+Here in the offline harness, used by nothing else: the program, the components and the Python distribution of
+them (pyproject.toml) use the public SDK only (tests/test_rooms.py).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-import pulumi.runtime.config as _config
 from pulumi.runtime import settings as _settings
 from pulumi.runtime.mocks import MockMonitor
 from pulumi.runtime.rpc import UNKNOWN
@@ -31,8 +28,6 @@ T = TypeVar("T")
 
 # (module, attribute) of each private symbol used here, for the shape test.
 PRIVATE_SYMBOLS = (
-    ("pulumi.runtime.config", "CONFIG"),
-    ("pulumi.runtime.config", "get_config_env"),
     ("pulumi.runtime.settings", "ROOT"),
     ("pulumi.runtime.settings", "SETTINGS"),
     ("pulumi.runtime.rpc_manager", "RPCManager"),
@@ -43,13 +38,7 @@ PRIVATE_SYMBOLS = (
     ("pulumi.runtime.sync_await", "_sync_await"),
 )
 
-__all__ = ["UNKNOWN", "MockMonitor", "full_config", "reset_run_state", "root_outputs", "run_sync"]
-
-
-def full_config() -> dict[str, Any]:
-    """Every config key the CLI handed the program: from PULUMI_CONFIG (older CLIs) and the
-    language host's run request, the latter winning."""
-    return _config.get_config_env() | _config.CONFIG.get()
+__all__ = ["UNKNOWN", "MockMonitor", "reset_run_state", "root_outputs", "run_sync"]
 
 
 def reset_run_state() -> None:

@@ -9,6 +9,7 @@ itself and refuses to run when any `hidden-gpu:` value it was handed differs fro
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,13 @@ from pydantic import TypeAdapter, ValidationError
 
 from common.names import PROJECT, STACK_FILE_ENV
 from stack_config.errors import ConfigError, InvalidConfigError
-from stack_config.load import parse_project_config, read_stack_file
+from stack_config.load import (
+    DISABLE_DEFAULT_PROVIDERS,
+    KUBERNETES,
+    KUBERNETES_KEYS,
+    parse_project_config,
+    read_stack_file,
+)
 from stack_config.models import StackConfig
 from stack_config.stack_yaml import PREFIX
 
@@ -76,6 +83,19 @@ def project_config_problems(project_dir: Path) -> list[ConfigError]:
     ]
     reason = "sets a value for every stack that no stack file shows; write it in each stack file instead"
     return [ConfigError((), reason, where=f"{project_dir / 'Pulumi.yaml'}: config.{key}") for key in keys]
+
+
+def handed_config(project_dir: Path, stack: str, value_of: Callable[[str], str | None]) -> dict[str, str]:
+    """What the CLI handed the program, read one key at a time through `value_of` (the program passes the public
+    `pulumi.Config(namespace).get`, which cannot list keys): every key the program reads, and every key the stack's
+    file names, so a misspelt one there is refused as `render` refuses it. A key that only an ESC environment or
+    `--config` adds, under a name nothing reads, is never read and changes nothing."""
+    keys = [f"{PREFIX}{field.alias or name}" for name, field in StackConfig.model_fields.items()]
+    keys += [*(f"{KUBERNETES}{key}" for key in KUBERNETES_KEYS), DISABLE_DEFAULT_PROVIDERS]
+    path = stack_file_of(project_dir, stack)
+    if path.exists():
+        keys += list(read_stack_file(path))
+    return {key: value for key in dict.fromkeys(keys) if (value := value_of(key)) is not None}
 
 
 def check_reviewed(handed: StackConfig, project_dir: Path, stack: str) -> None:

@@ -7,6 +7,7 @@ refuses what the two readings disagree on, and the program refuses any value the
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import yaml
 from common.cli import EXIT_USAGE
 from offline import render
 from stack_config import InvalidConfigError, parse_project_config
-from stack_config.reviewed import check_reviewed, project_config_problems
+from stack_config.reviewed import check_reviewed, handed_config, project_config_problems
 from stack_config.stack_yaml import cli_reading
 from tests.support.stacks import CLUSTER_YAML, valid_config, write_stack
 
@@ -115,6 +116,29 @@ def test_a_value_the_file_does_not_hold_is_refused(tmp_path: Path) -> None:
     assert str(refused.value).startswith(f"hidden-gpu:guard: differs from {tmp_path / 'stacks/Pulumi.prod.yaml'}:")
 
 
+def test_the_program_reads_every_key_it_knows_and_every_key_the_file_names(tmp_path: Path) -> None:
+    """The program asks the CLI one key at a time (the public pulumi.Config cannot list keys): the file's misspelt
+    key reaches the parser and is refused, an ESC environment's value of a known key reaches check_reviewed, and a
+    name only ESC adds, which nothing reads, is never asked for."""
+    (tmp_path / "Pulumi.yaml").write_text("name: hidden-gpu\nruntime: python\n")
+    config = valid_config() | {"hidden-gpu:quota": {"team": 1}}
+    write_stack(tmp_path, config, "prod")
+    cli = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    cli |= {"hidden-gpu:guard": json.dumps({"mode": "audit"}), "hidden-gpu:esc-only": "x", "aws:region": "y"}
+    asked: list[str] = []
+
+    def value_of(key: str) -> str | None:
+        asked.append(key)
+        return cli.get(key)
+
+    handed = handed_config(tmp_path, "prod", value_of)
+    assert handed == {k: v for k, v in cli.items() if k not in ("hidden-gpu:esc-only", "aws:region")}
+    assert len(asked) == len(set(asked)) and "hidden-gpu:esc-only" not in asked
+    with pytest.raises(InvalidConfigError) as refused:
+        parse_project_config(handed)
+    assert "hidden-gpu:quota" in str(refused.value)
+
+
 def test_without_its_stack_file_the_program_does_not_run(tmp_path: Path) -> None:
     (tmp_path / "Pulumi.yaml").write_text("name: hidden-gpu\nruntime: python\n")
     with pytest.raises(InvalidConfigError) as refused:
@@ -128,7 +152,7 @@ def test_render_names_the_esc_environments_it_cannot_read(tmp_path: Path, capsys
     assert render.main(["--stack-file", str(path), "--out", str(tmp_path / "o")]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         "warning: the stack imports ESC environments (platform/kube-credentials) that this render cannot read; "
-        "`pulumi up` refuses any hidden-gpu: value they add"
+        "`pulumi up` refuses any hidden-gpu: value they change"
     )
 
 

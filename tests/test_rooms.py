@@ -98,11 +98,7 @@ def test_private_pulumi_symbols_still_exist(module: str, attribute: str) -> None
 
 
 def test_private_pulumi_symbols_keep_their_shape() -> None:
-    config = importlib.import_module("pulumi.runtime.config")
     settings = importlib.import_module("pulumi.runtime.settings")
-    assert isinstance(config.CONFIG, ContextVar) and isinstance(config.CONFIG.get(), dict), (
-        "CONFIG: a ContextVar of dict"
-    )
     assert isinstance(settings.ROOT, ContextVar), "settings.ROOT: a ContextVar"
     assert list(inspect.signature(importlib.import_module("pulumi.runtime.stack").run_pulumi_func).parameters) == [
         "func"
@@ -111,13 +107,14 @@ def test_private_pulumi_symbols_keep_their_shape() -> None:
     assert "monitor" in inspect.signature(importlib.import_module("pulumi.runtime").set_mocks).parameters
 
 
-def test_full_config_merges_the_environment_and_the_run_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PULUMI_CONFIG", '{"hidden-gpu:a": "env", "hidden-gpu:b": "env"}')
-    token = importlib.import_module("pulumi.runtime.config").CONFIG.set({"hidden-gpu:b": "request"})
-    try:
-        assert sdk.full_config() == {"hidden-gpu:a": "env", "hidden-gpu:b": "request"}
-    finally:
-        importlib.import_module("pulumi.runtime.config").CONFIG.reset(token)
+def test_only_the_offline_tools_use_the_harness() -> None:
+    """The program and every room but offline/ run as they would under the CLI: none imports the mock harness's
+    private-SDK adapter or its runner (offline.sdk, offline.program)."""
+    harness = ("offline.sdk", "offline.program")
+    users = [ROOT / "__main__.py", *(p for m, p in _module_files().items() if not m.startswith("offline"))]
+    for path in users:
+        found = sorted(n for n in _our_imports(path) if n.startswith(harness))
+        assert found == [], f"{path.relative_to(ROOT)} imports {found}"
 
 
 def test_the_tree_says_where_code_runs() -> None:
