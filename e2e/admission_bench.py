@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from common.tokens import Token
@@ -44,9 +46,18 @@ LARGE_CONTAINERS = 1000
 PLUGIN_METRIC = "apiserver_admission_controller_admission_duration_seconds"
 
 
-def rendered_guard() -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
-    """The prod stack's guard objects and RuntimeClasses as `make render` writes them, and one class name."""
-    run = render.render(STACK_FILE).run
+def rendered_guard(**settings: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """The prod stack's guard objects and RuntimeClasses as `make render` writes them, and one class name; with
+    guard `settings` (e.g. scope="sharedNodes"), those of prod's stack with them changed."""
+    if not settings:
+        run = render.render(STACK_FILE).run
+    else:
+        config = yaml.safe_load(STACK_FILE.read_text())
+        config["config"]["hidden-gpu:guard"] = {**config["config"].get("hidden-gpu:guard", {}), **settings}
+        with tempfile.TemporaryDirectory() as tmp:
+            changed = Path(tmp) / STACK_FILE.name
+            changed.write_text(yaml.safe_dump(config, sort_keys=False))
+            run = render.render(changed).run
     guard = [r.inputs for r in run.kubernetes_objects if r.type in GUARD_KINDS]
     classes = [r.inputs for r in run.kubernetes_objects if r.type == Token.RUNTIME_CLASS]
     return guard, classes, classes[0]["metadata"]["name"]

@@ -3,14 +3,15 @@ test.
 
     python -m e2e.admission_compare [--creates 240] [--rounds 3] [--workers 2] [--minor 1.36] [--json-out FILE]
 
-One real kube-apiserver (python -m e2e.build first), seven configurations side by side, each a namespace of its own
+One real kube-apiserver (python -m e2e.build first), eight configurations side by side, each a namespace of its own
 so that switching costs nothing: `none`; Pod Security `baseline` and `restricted` (the namespace's enforce label);
 the `floor`, a ValidatingAdmissionPolicy with one `true` validation and no match condition (the least any policy
 costs); the `guard` (prod's rendered policies, their bindings narrowed to the namespaces labelled for it);
-`guard+restricted`; and `per-rule`, the guard's pod policy without its fast path (one scan per rule, as before
-issue 43), so what that rewrite buys is measured in the same run. The same pod, admitted by every configuration,
-at 1, 4, 16, 64 and 256 containers: the first asks for a GPU under the node's RuntimeClass, the others say void,
-every one as `restricted` asks.
+`guard+restricted`; `per-rule`, the guard's pod policy without its fast path (one scan per rule, as before
+issue 43), so what that rewrite buys is measured in the same run; and `scoped`, the pod policy as prod renders it
+with `guard.scope: sharedNodes`, on a pod outside that scope. The same pod, admitted by every configuration, at 1,
+4, 16, 64 and 256 containers: the first asks for a GPU under the node's RuntimeClass, the others say void, every
+one as `restricted` asks; `scoped`'s pod is the same without the GPU and the RuntimeClass.
 
 Creates are dry runs (`?dryRun=All`): admission runs whole and etcd is not written, so admission is what is
 measured. Rounds visit the configurations in turn, in the opposite order every other round, so drift on a
@@ -57,7 +58,11 @@ CONFIGS: dict[str, dict[str, str]] = {
     "guard": {ON_LABEL.format("guard"): "on"},
     "guard+restricted": {ON_LABEL.format("guard"): "on", PSA_LABEL: "restricted"},
     "per-rule": {ON_LABEL.format("per-rule"): "on"},
+    "scoped": {ON_LABEL.format("scoped"): "on"},
 }
+# The `scoped` configuration's pod is one its scope leaves alone: the same containers, no GPU, no RuntimeClass, no
+# toleration of the shared-node taint (a CPU pod anywhere in the cluster).
+OUTSIDE_SCOPE = ("scoped",)
 PLUGINS = {"vap": "ValidatingAdmissionPolicy", "podSecurity": "PodSecurity"}
 ADMISSION = "apiserver_admission_controller_admission_duration_seconds"
 FLOOR = "hidden-gpu-bench-floor"
@@ -90,16 +95,20 @@ def restricted_container(name: str, gpu: bool) -> dict[str, Any]:
 
 
 def the_pod(runtime_class: str, containers: int, config: str) -> dict[str, Any]:
-    return pod_of([restricted_container(f"c{i}", i == 0) for i in range(containers)], runtime_class, config)
+    inside = config not in OUTSIDE_SCOPE
+    built = [restricted_container(f"c{i}", inside and i == 0) for i in range(containers)]
+    return pod_of(built, runtime_class if inside else "", config)
 
 
 def pod_of(containers: list[dict[str, Any]], runtime_class: str, config: str) -> dict[str, Any]:
-    """A pod of these containers in the configuration's namespace, which no scheduler will place."""
+    """A pod of these containers in the configuration's namespace (under the RuntimeClass, if one is named), which
+    no scheduler will place."""
+    runtime = {"runtimeClassName": runtime_class} if runtime_class else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "bench", "namespace": namespace(config)},
-        "spec": {"schedulerName": "no-scheduler", "runtimeClassName": runtime_class, "containers": containers},
+        "spec": {"schedulerName": "no-scheduler", **runtime, "containers": containers},
     }
 
 
@@ -141,21 +150,28 @@ def narrowed(guard: list[dict[str, Any]], config: str = "guard") -> list[dict[st
     return out
 
 
-def per_rule(guard: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pod policy without its fast path (each rule scans the containers itself, as before issue 43), under
-    names of its own and bound to the `per-rule` namespace: the rewrite's A/B within one run."""
-    prefix = f"variables.{FAST_PATH} || "
+def pod_policy_as(guard: list[dict[str, Any]], config: str) -> list[dict[str, Any]]:
+    """The guard's pod policy and its bindings under names of their own, bound to the configuration's namespace."""
     out = []
-    for obj in narrowed([o for o in guard if o["metadata"]["name"] == POLICY_NAME], "per-rule"):
-        obj["metadata"]["name"] = f"{POLICY_NAME}-per-rule"
+    for obj in narrowed([o for o in guard if o["metadata"]["name"] == POLICY_NAME], config):
+        obj["metadata"]["name"] = f"{POLICY_NAME}-{config}"
+        if obj["kind"] != "ValidatingAdmissionPolicy":
+            obj["spec"]["policyName"] = obj["metadata"]["name"]
+        out.append(obj)
+    return out
+
+
+def per_rule(guard: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pod policy without its fast path (each rule scans the containers itself, as before issue 43): the
+    rewrite's A/B within one run."""
+    prefix = f"variables.{FAST_PATH} || "
+    out = pod_policy_as(guard, "per-rule")
+    for obj in out:
         if obj["kind"] == "ValidatingAdmissionPolicy":
             spec = obj["spec"]
             spec["variables"] = [v for v in spec["variables"] if v["name"] != FAST_PATH]
             for rule in spec["validations"]:
                 rule["expression"] = rule["expression"].replace(prefix, "")
-        else:
-            obj["spec"]["policyName"] = obj["metadata"]["name"]
-        out.append(obj)
     return out
 
 
@@ -206,14 +222,16 @@ def phase(plane: ControlPlane, pod: dict[str, Any], count: int, workers: int) ->
 
 def prepare(plane: ControlPlane) -> str:
     guard, classes, runtime_class = rendered_guard()
-    for obj in [*classes, *narrowed(guard), *per_rule(guard), *floor_policy()]:
+    scoped = pod_policy_as(rendered_guard(scope="sharedNodes")[0], "scoped")
+    for obj in [*classes, *narrowed(guard), *per_rule(guard), *scoped, *floor_policy()]:
         plane.apply(obj)
     for config, labels in CONFIGS.items():
         plane.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace(config), "labels": labels}})
         account = {"apiVersion": "v1", "kind": "ServiceAccount"}
         plane.apply({**account, "metadata": {"name": "default", "namespace": namespace(config)}})
-    for config in ("guard", "per-rule"):
-        probe = the_pod(runtime_class, 1, config)
+    for config in ("guard", "per-rule", "scoped"):
+        # A pod each configuration denies (in the scope: the node's RuntimeClass), so its bindings are seen to take.
+        probe = pod_of([restricted_container("c0", False)], runtime_class, config)
         probe["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]
         deadline = time.monotonic() + 30
         while not denied(plane, probe):  # the plugin sees bindings through an informer: wait until they take
@@ -280,7 +298,9 @@ def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
             "guardOverRestricted": round(guard / row["restricted"]["costMs"], 1),
             "guardThroughputOverNone": round(row["guard"]["createsPerSecond"] / row["none"]["createsPerSecond"], 3),
             "fastPathSaving": round(1 - guard / row["per-rule"]["costMs"], 3),
-        }
+            **({"scopedOutsideOverFloor": round(row["scoped"]["costMs"] / row["floor"]["costMs"], 2)}
+               if "scoped" in row else {}),
+        }  # fmt: skip
         table[str(containers)] = row
     sizes = [int(c) for c in table]
     growth = {c: round(slope_us([(n, table[str(n)][c]["costMs"]) for n in sizes]), 2) for c in CONFIGS if c != "none"}
@@ -301,8 +321,9 @@ def table(summary: dict[str, Any]) -> str:
     lines = [
         "| containers | restricted ms | floor ms | guard ms without its fast path | guard ms | guard / floor "
         "| guard / restricted "
-        "| guard + restricted ms | API-server CPU ms per create, none / guard |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| guard + restricted ms | scoped guard, pod outside its scope ms (/ floor) "
+        "| API-server CPU ms per create, none / guard |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for n, row in summary["bySize"].items():
         earlier = row["per-rule"]["costMs"]
@@ -310,6 +331,7 @@ def table(summary: dict[str, Any]) -> str:
             f"| {n} | {row['restricted']['costMs']:.3f} | {row['floor']['costMs']:.3f} | {earlier:.2f} "
             f"| {row['guard']['costMs']:.2f} | {row['ratios']['guardOverFloor']:.1f}x "
             f"| {row['ratios']['guardOverRestricted']:.0f}x | {row['guard+restricted']['costMs']:.2f} "
+            f"| {row['scoped']['costMs']:.3f} ({row['ratios']['scopedOutsideOverFloor']:.1f}x) "
             f"| {row['none']['cpuMsPerCreate']:.1f} / {row['guard']['cpuMsPerCreate']:.1f} |"
         )
     return "\n".join(lines)

@@ -24,7 +24,7 @@ def test_the_summary_is_made_of_the_phases_medians() -> None:
             guard = 0.3 + 0.01 * n
             values = {"none": (0.05, 0.01), "baseline": (0.05, 0.02), "restricted": (0.05, 0.03),
                       "floor": (0.1, 0.01), "guard": (guard, 0.01), "guard+restricted": (guard, 0.03),
-                      "per-rule": (2 * guard, 0.01)}  # fmt: skip
+                      "per-rule": (2 * guard, 0.01), "scoped": (0.12, 0.01)}  # fmt: skip
             phases += [phase(n, c, v + noise, p, round_) for c, (v, p) in values.items()]
     summary = compare.summarise(phases)
     one = summary["bySize"]["1"]
@@ -34,4 +34,5 @@ def test_the_summary_is_made_of_the_phases_medians() -> None:
     assert one["ratios"]["guardOverFloor"] == round(0.32 / 0.11, 2)  # the medians, not the outlier round
     assert summary["growthUsPerContainer"]["guard"] == pytest.approx(10.0)
     assert one["ratios"]["fastPathSaving"] == round(1 - 0.32 / (2 * 0.31 + 0.01), 3)  # medians of each side
+    assert one["ratios"]["scopedOutsideOverFloor"] == round(0.13 / 0.11, 2)  # medians again
     assert summary["goals"]["64"]["guardOverFloor"] == {"goal": 5.0, "measured": round(0.95 / 0.11, 2)}

@@ -1,5 +1,6 @@
 """The admission comparison (e2e.admission_compare) run small, so it keeps measuring what it says: each
-configuration's namespace judged by exactly its policies, the same pod admitted by all seven, every dry-run create
+configuration's namespace judged by exactly its policies, the same pod admitted by all eight (`scoped`'s outside
+its scope, and the same pod under the node's RuntimeClass judged), every dry-run create
 counted by the plugins' own histograms; e2e.admission_cost's three verdicts. The summary's arithmetic: tests/test_admission_compare.py."""
 
 from __future__ import annotations
@@ -38,6 +39,11 @@ def test_each_configuration_is_judged_by_its_policies_alone() -> None:
             rooted = copy.deepcopy(pod)  # runs as root with its privileges: restricted objects, baseline not
             del rooted["spec"]["containers"][0]["securityContext"]
             assert denier(plane, rooted) == ("podSecurity" if "restricted" in config else ""), config
+        # The scoped guard leaves its own pod alone, and judges the same pod once it runs under the node's RuntimeClass.
+        inside = compare.the_pod(runtime_class, 2, "scoped")
+        inside["spec"]["runtimeClassName"] = runtime_class
+        inside["spec"]["containers"][1]["env"][0]["value"] = "all"
+        assert denier(plane, inside) == "guard"
         phases = [compare.phase(plane, compare.the_pod(runtime_class, 4, c), 30, 2) for c in compare.CONFIGS]
         # e2e.admission_cost's verdicts, each as the API server gives it (the cost limit: a pod far past it).
         for containers, violating, expected in ((3, False, "admitted"), (3, True, "denied"), (8000, False, "cost")):
