@@ -23,10 +23,12 @@ from typing import Any
 
 import pytest
 
-from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, OPERAND_LABELS, PLUGIN_NAME
+from common.names import DEVICE_PLUGIN_LABEL, NODE_LABEL, PLUGIN_NAME
+from desired.node_labels import node_labels
 from e2e.controlplane import ControlPlane
 from e2e.node import Node
 from e2e.node_gpus import Toolkit
+from stack_config.node_config import NodeConfig
 from tests.node.conftest import (
     GPU,
     NODE,
@@ -43,8 +45,9 @@ from tests.node.conftest import (
 from tests.support.stacks import EXPOSED
 
 STRATEGY = "envvar"
-# What docs/operations.md tells a platform team to put on a shared host's kubelet.
-NODE_LABELS = {DEVICE_PLUGIN_LABEL: "false", OPERAND_LABELS["gpu_feature_discovery"]: "false", NODE_LABEL: NODE}
+# What docs/operations.md tells a platform team to put on a shared host's kubelet: everything the node patch sets
+# for a node that exposes a GPU (every switch it holds off, and the node's own label).
+NODE_LABELS = node_labels(NodeConfig.model_validate({"name": NODE, "exposedGpus": [EXPOSED]}))
 
 
 @pytest.fixture(scope="module")
