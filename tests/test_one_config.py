@@ -2,7 +2,7 @@
 
 The CLI reads YAML 1.2 and merges values from ESC environments, Pulumi.yaml and --config; the reader
 refuses what the two readings disagree on, and the program refuses any value the file does not hold
-(tests/real/test_lifecycle.py runs that refusal under the real CLI)."""
+(tests/real/test_pulumi_cli.py runs that refusal under the real CLI)."""
 
 from __future__ import annotations
 
