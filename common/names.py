@@ -295,8 +295,8 @@ HOST_NAMESPACE_FIELDS = ("hostIPC", "hostNetwork", "hostPID")
 DOT_SEGMENT_PATTERN = r"/\.\.?(/|$)"
 # A ".." segment: what the guard cannot resolve without the container's file system.
 PARENT_SEGMENT_PATTERN = r"/\.\.(/|$)"
-# CDI device requests by pod annotation: containerd takes `cdi.k8s.io/<name>`, the toolkit's NRI
-# plugin `nvidia.cdi.k8s.io/container.<name>`, `nvidia.cdi.k8s.io/pod` and the bare key
+# CDI device requests by pod annotation: the toolkit reads `cdi.k8s.io/<name>` where a runtime's pod-annotation
+# passthrough puts it in the OCI spec (docs/security.md), the toolkit's NRI plugin `nvidia.cdi.k8s.io/container.<name>`, `nvidia.cdi.k8s.io/pod` and the bare key
 # `nvidia.cdi.k8s.io` (NRI's GetEffectiveAnnotation falls back to the key itself): the whole domain,
 # with or without a path, is refused.
 CDI_ANNOTATION_DOMAIN = "cdi.k8s.io"
