@@ -296,9 +296,9 @@ DOT_SEGMENT_PATTERN = r"/\.\.?(/|$)"
 # A ".." segment: what the guard cannot resolve without the container's file system.
 PARENT_SEGMENT_PATTERN = r"/\.\.(/|$)"
 # CDI device requests by pod annotation: the toolkit reads `cdi.k8s.io/<name>` where a runtime's pod-annotation
-# passthrough puts it in the OCI spec (docs/security.md), the toolkit's NRI plugin `nvidia.cdi.k8s.io/container.<name>`, `nvidia.cdi.k8s.io/pod` and the bare key
-# `nvidia.cdi.k8s.io` (NRI's GetEffectiveAnnotation falls back to the key itself): the whole domain,
-# with or without a path, is refused.
+# passthrough puts it in the OCI spec (docs/security.md); the toolkit's NRI plugin reads
+# `nvidia.cdi.k8s.io/container.<name>`, `nvidia.cdi.k8s.io/pod` and the bare key `nvidia.cdi.k8s.io` (NRI's
+# GetEffectiveAnnotation falls back to the key itself): the whole domain, with or without a path, is refused.
 CDI_ANNOTATION_DOMAIN = "cdi.k8s.io"
 CDI_ANNOTATION_PATTERN = r"^([^/]*\.)?cdi\.k8s\.io(/|$)"
 # DRA extended resources (KEP-5004; DRAExtendedResource beta and on from Kubernetes 1.36): every
