@@ -11,12 +11,13 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
-from common.names import CLAIMS_POLICY_NAME, DRA_API_PATH, NVIDIA_DRA_DRIVER
+from common.names import CLAIMS_POLICY_NAME, DRA_API_PATH, NVIDIA_DRA_DRIVER, POOL_LABEL
+from common.tokens import Token
 from e2e.controlplane import ControlPlane
 from offline.program import ProgramRun
 from tests.real import dra_stack
 from tests.real.conftest import TENANT, eventually
-from tests.real.dra_stack import CLAIMS, EXPOSED, GPU_CLASS, HIDDEN, NODES
+from tests.real.dra_stack import CLAIMS, EXPOSED, GPU_CLASS, HIDDEN, NODES, POOL
 from tests.real.harness import denial
 from tests.support.routes import CLAIM_ROUTES, NIC_CLASS, claim, exactly
 
@@ -127,3 +128,44 @@ def test_a_claim_left_from_warn_is_never_allocated(plane: ControlPlane, stack: P
     )
     assert allocated(plane, "left-from-warn") is None
     assert not plane.request("GET", f"/api/v1/namespaces/{TENANT}/pods/left-from-warn")["spec"].get("nodeName")
+
+
+def test_a_plain_gpu_pod_through_a_mapped_class_waits_on_the_claim_rule(plane: ControlPlane, stack: ProgramRun) -> None:
+    """docs/security.md: NVIDIA's chart sets `extendedResourceName: nvidia.com/gpu` on its class, and the scheduler
+    then places a plain `nvidia.com/gpu` pod through DRA from every GPU the class selects, hidden ones included. The
+    pod is admitted (it asks for nvidia.com/gpu under the pool's RuntimeClass, as a tenant should); the claim the
+    scheduler creates for it in the tenant's namespace names NVIDIA's class and is denied by the claims policy, so
+    the pod stays unbound and no claim of it exists."""
+    (runtime_class,) = [
+        r.inputs for r in stack.of_type(Token.RUNTIME_CLASS) if r.inputs["metadata"]["name"] == GPU_CLASS
+    ]
+    plane.apply(runtime_class)
+    # As the node's kubelet shows it with DRA serving its GPUs: the pool's label, and no device plugin's resource.
+    for node in NODES:
+        plane.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": {POOL_LABEL: POOL}}},
+                      content_type="application/merge-patch+json")  # fmt: skip
+        none = {"nvidia.com/gpu": "0"}
+        plane.request("PATCH", f"/api/v1/nodes/{node}/status", {"status": {"capacity": none, "allocatable": none}},
+                      content_type="application/merge-patch+json")  # fmt: skip
+    mapped = {"spec": {"extendedResourceName": "nvidia.com/gpu"}}
+    plane.request("PATCH", f"{DRA_API_PATH}/deviceclasses/{NVIDIA_DRA_DRIVER}", mapped,
+                  content_type="application/merge-patch+json")  # fmt: skip
+    container = {"name": "app", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mapped-gpu", "namespace": TENANT},
+           "spec": {"runtimeClassName": GPU_CLASS, "containers": [container]}}  # fmt: skip
+    plane.create(pod)
+    path = f"/api/v1/namespaces/{TENANT}/pods/mapped-gpu"
+    try:
+
+        def refused() -> str:
+            found = plane.request("GET", path)
+            assert not found["spec"].get("nodeName"), found["spec"]["nodeName"]
+            conditions = {c["type"]: c for c in (found.get("status") or {}).get("conditions") or []}
+            return str(conditions.get("PodScheduled", {}).get("message", ""))
+
+        message = eventually(lambda: (m := refused()) and CLAIMS_POLICY_NAME in m and m, what="the claim refused")
+        assert "create claim for extended resources" in message and "claim-device-classes" in message, message
+        claims = plane.request("GET", f"{DRA_API_PATH}/namespaces/{TENANT}/resourceclaims")["items"]
+        assert not [c for c in claims if c["metadata"].get("ownerReferences", [{}])[0].get("name") == "mapped-gpu"]
+    finally:
+        plane.request("DELETE", path)
