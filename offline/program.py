@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
+import tempfile
 import threading
 import traceback
 import warnings
@@ -19,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import yaml
 from google.protobuf import json_format  # type: ignore[import-untyped]
 
 from common.cli import interrupt_ends_process
-from common.names import PROJECT
+from common.names import PROJECT, STACK_FILE_ENV
 from offline.sdk import UNKNOWN, MockMonitor, reset_run_state, root_outputs, run_sync
-from stack_config.reviewed import harness_stacks
 
 PROGRAM = Path(__file__).resolve().parent.parent / "__main__.py"
 # A collection threshold no run reaches.
@@ -295,7 +297,29 @@ def run_program(
     def program() -> None:
         exec(code, {"__name__": "__main__", "__file__": str(PROGRAM)})
 
-    return run_callable(program, stack, config, live, preview=preview)
+    with _as_its_stack_file(config):
+        return run_callable(program, stack, config, live, preview=preview)
+
+
+@contextlib.contextmanager
+def _as_its_stack_file(config: Mapping[str, Any]) -> Iterator[None]:
+    """The program checks what it was handed against the stack's file, as under the CLI: the file a config map was
+    read from (render's), or one written from the map; $HIDDEN_GPU_STACK_FILE names it for the run (one run at a
+    time in a process: Pulumi's run state is the process's too)."""
+    with tempfile.TemporaryDirectory(prefix="hidden-gpu-stack-") as tmp:
+        path = getattr(config, "path", None)
+        if not isinstance(path, Path):
+            path = Path(tmp) / "Pulumi.harness.yaml"
+            path.write_text(yaml.safe_dump({"config": dict(config)}, sort_keys=False), encoding="utf-8")
+        before = os.environ.get(STACK_FILE_ENV)
+        os.environ[STACK_FILE_ENV] = str(path)
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(STACK_FILE_ENV, None)
+            else:
+                os.environ[STACK_FILE_ENV] = before
 
 
 def run_callable(
@@ -323,13 +347,8 @@ def run_callable(
         pulumi.runtime.set_all_config(
             {key: value if isinstance(value, str) else json.dumps(value) for key, value in (config or {}).items()}
         )
-        # The config handed here is the stack file's: the program's check against that file holds.
-        harness_stacks.add(stack)
-        try:
-            run_sync(program)
-            run_sync(resolve_outputs)
-        finally:
-            harness_stacks.discard(stack)
+        run_sync(program)
+        run_sync(resolve_outputs)
     return run
 
 

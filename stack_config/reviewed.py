@@ -28,10 +28,6 @@ from stack_config.load import (
 from stack_config.models import StackConfig
 from stack_config.stack_yaml import PREFIX
 
-# Stacks the offline harness (offline/program.py) is running, in-process, from a stack file's config
-# map: the handed config *is* the file's. Nothing outside the process (environment, flags) can add one.
-harness_stacks: set[str] = set()
-
 
 def stack_file_of(project_dir: Path, stack: str) -> Path:
     """Where the CLI reads the stack's file: $HIDDEN_GPU_STACK_FILE (an Automation API program's work
@@ -100,8 +96,6 @@ def handed_config(project_dir: Path, stack: str, value_of: Callable[[str], str |
 
 def check_reviewed(handed: StackConfig, project_dir: Path, stack: str) -> None:
     """InvalidConfigError unless `handed` is exactly what the stack's file (and only it) says."""
-    if stack in harness_stacks:
-        return
     path = stack_file_of(project_dir, stack)
     problems = project_config_problems(project_dir)
     if problems:

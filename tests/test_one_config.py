@@ -10,12 +10,15 @@ import copy
 import json
 from pathlib import Path
 
+import pulumi
 import pytest
 import yaml
 
 from common.cli import EXIT_USAGE
 from offline import render
+from offline.program import run_program
 from stack_config import InvalidConfigError, parse_project_config
+from stack_config.load import read_stack_file
 from stack_config.reviewed import check_reviewed, handed_config, project_config_problems
 from stack_config.stack_yaml import cli_reading
 from tests.support.stacks import CLUSTER_YAML, valid_config, write_stack
@@ -137,6 +140,17 @@ def test_the_program_reads_every_key_it_knows_and_every_key_the_file_names(tmp_p
     with pytest.raises(InvalidConfigError) as refused:
         parse_project_config(handed)
     assert "hidden-gpu:quota" in str(refused.value)
+
+
+def test_the_harness_runs_the_programs_check_against_the_file(tmp_path: Path) -> None:
+    """Offline, as under the CLI: a map that says more than the file it was read from is refused by the program
+    (the harness names the file to it; nothing in stack_config/ lets the harness through)."""
+    path = write_stack(tmp_path, valid_config(), "prod")
+    handed = read_stack_file(path)
+    run_program(handed, "prod")  # the file's own map runs
+    handed["hidden-gpu:guard"] = {"mode": "audit"}
+    with pytest.raises(pulumi.RunError, match=r"hidden-gpu:guard: differs from .*Pulumi\.prod\.yaml"):
+        run_program(handed, "prod")
 
 
 def test_without_its_stack_file_the_program_does_not_run(tmp_path: Path) -> None:
