@@ -215,6 +215,11 @@ def test_the_operators_plugin_advertises_every_gpu_then_up_leaves_only_the_expos
     try:
         deployed.up(on_output=None)
         eventually(lambda: node.allocatable() == 1 and registered(node) == [EXPOSED], "only the exposed GPU")
+        # The end state as the sampler reads it from the API too (the node's status and the old pod's end reach the
+        # API after the kubelet has them): stopping at the kubelet's word alone could leave it unsampled.
+        eventually(
+            lambda: any(gpus == 1 and len(pods) == 1 for _, gpus, pods in sampler.samples), "the end state sampled"
+        )
     finally:
         sampler.stopping.set()
         sampler.join()
