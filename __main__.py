@@ -25,8 +25,8 @@ from components.access_guard import guard_args
 from components.hidden_gpu_node import node_args
 from desired.node_labels import gpu_device_classes
 from desired.stack_claims import exposed_by_node
-from stack_config import InvalidConfigError, device_class_warnings, parse_project_config, quota_warnings
-from stack_config.reviewed import check_reviewed, handed_config
+from stack_config import InvalidConfigError, device_class_warnings, quota_warnings
+from stack_config.reviewed import reviewed_stack
 
 
 def handed(key: str) -> str | None:
@@ -34,11 +34,9 @@ def handed(key: str) -> str | None:
     return pulumi.Config(namespace).get(name)
 
 
-project_dir = Path(__file__).resolve().parent
 try:
-    stack = parse_project_config(handed_config(project_dir, pulumi.get_stack(), handed))
     # Only what the stack file says: not an ESC environment's, Pulumi.yaml's or --config's values.
-    check_reviewed(stack, project_dir, pulumi.get_stack())
+    stack = reviewed_stack(Path(__file__).resolve().parent, pulumi.get_stack(), handed)
 except InvalidConfigError as error:
     raise pulumi.RunError(f"invalid stack config: {error}") from None
 

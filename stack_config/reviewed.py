@@ -9,7 +9,7 @@ itself and refuses to run when any `hidden-gpu:` value it was handed differs fro
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from stack_config.load import (
     DISABLE_DEFAULT_PROVIDERS,
     KUBERNETES,
     KUBERNETES_KEYS,
+    StackFileConfig,
     parse_project_config,
     read_stack_file,
 )
@@ -81,26 +82,34 @@ def project_config_problems(project_dir: Path) -> list[ConfigError]:
     return [ConfigError((), reason, where=f"{project_dir / 'Pulumi.yaml'}: config.{key}") for key in keys]
 
 
-def handed_config(project_dir: Path, stack: str, value_of: Callable[[str], str | None]) -> dict[str, str]:
+def handed_config(written: Mapping[str, Any] | None, value_of: Callable[[str], str | None]) -> dict[str, str]:
     """What the CLI handed the program, read one key at a time through `value_of` (the program passes the public
     `pulumi.Config(namespace).get`, which cannot list keys): every key the program reads, and every key the stack's
-    file names, so a misspelt one there is refused as `render` refuses it. A key that only an ESC environment or
-    `--config` adds, under a name nothing reads, is never read and changes nothing."""
+    file (`written`) names, so a misspelt one there is refused as `render` refuses it. A key that only an ESC
+    environment or `--config` adds, under a name nothing reads, is never read and changes nothing."""
     keys = [f"{PREFIX}{field.alias or name}" for name, field in StackConfig.model_fields.items()]
-    keys += [*(f"{KUBERNETES}{key}" for key in KUBERNETES_KEYS), DISABLE_DEFAULT_PROVIDERS]
-    path = stack_file_of(project_dir, stack)
-    if path.exists():
-        keys += list(read_stack_file(path))
+    keys += [*(f"{KUBERNETES}{key}" for key in KUBERNETES_KEYS), DISABLE_DEFAULT_PROVIDERS, *(written or ())]
     return {key: value for key in dict.fromkeys(keys) if (value := value_of(key)) is not None}
 
 
-def check_reviewed(handed: StackConfig, project_dir: Path, stack: str) -> None:
-    """InvalidConfigError unless `handed` is exactly what the stack's file (and only it) says."""
+def reviewed_stack(project_dir: Path, stack: str, value_of: Callable[[str], str | None]) -> StackConfig:
+    """The stack the program runs: what the CLI handed it (handed_config), refused unless it is exactly what the
+    stack's file says (check_reviewed). The file is read once for both."""
+    path = stack_file_of(project_dir, stack)
+    written = read_stack_file(path) if path.exists() else None
+    handed = parse_project_config(handed_config(written, value_of))
+    check_reviewed(handed, project_dir, stack, written)
+    return handed
+
+
+def check_reviewed(handed: StackConfig, project_dir: Path, stack: str, written: StackFileConfig | None = None) -> None:
+    """InvalidConfigError unless `handed` is exactly what the stack's file (and only it) says; `written`, the file
+    as read_stack_file read it, if the caller has it."""
     path = stack_file_of(project_dir, stack)
     problems = project_config_problems(project_dir)
     if problems:
         raise InvalidConfigError(problems)
-    reviewed = parse_project_config(read_stack_file(path))
+    reviewed = parse_project_config(written if written is not None else read_stack_file(path))
     differing = [
         f"{PREFIX}{field.alias or name}"
         for name, field in StackConfig.model_fields.items()

@@ -123,9 +123,8 @@ def test_the_program_reads_every_key_it_knows_and_every_key_the_file_names(tmp_p
     """The program asks the CLI one key at a time (the public pulumi.Config cannot list keys): the file's misspelt
     key reaches the parser and is refused, an ESC environment's value of a known key reaches check_reviewed, and a
     name only ESC adds, which nothing reads, is never asked for."""
-    (tmp_path / "Pulumi.yaml").write_text("name: hidden-gpu\nruntime: python\n")
     config = valid_config() | {"hidden-gpu:quota": {"team": 1}}
-    write_stack(tmp_path, config, "prod")
+    written = read_stack_file(write_stack(tmp_path, config, "prod"))
     cli = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
     cli |= {"hidden-gpu:guard": json.dumps({"mode": "audit"}), "hidden-gpu:esc-only": "x", "aws:region": "y"}
     asked: list[str] = []
@@ -134,7 +133,7 @@ def test_the_program_reads_every_key_it_knows_and_every_key_the_file_names(tmp_p
         asked.append(key)
         return cli.get(key)
 
-    handed = handed_config(tmp_path, "prod", value_of)
+    handed = handed_config(written, value_of)
     assert handed == {k: v for k, v in cli.items() if k not in ("hidden-gpu:esc-only", "aws:region")}
     assert len(asked) == len(set(asked)) and "hidden-gpu:esc-only" not in asked
     with pytest.raises(InvalidConfigError) as refused:
