@@ -66,18 +66,30 @@ class Live:
     resource_slices: list[dict[str, Any]]
     # The DaemonSets taken over from a hand-made setup (nodes[].adoptDevicePlugin), by (namespace, name).
     adopted: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
+    # The pods of the hand-made DaemonSets shared by several nodes (adoptDevicePlugin.shared), by its selector.
+    shared_pods: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     # What cluster/leftovers.py judges, by collection: namespaces, configmaps, secrets, resourceclaims, templates,
     # pods (every one in the cluster).
     leftovers: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
 
     @classmethod
     def read(
-        cls, reader: Reader, plugin_namespace: str, *, mutating: bool = False, adopted: Iterable[tuple[str, str]] = ()
+        cls,
+        reader: Reader,
+        plugin_namespace: str,
+        *,
+        mutating: bool = False,
+        adopted: Iterable[tuple[str, str]] = (),
+        shared: Iterable[tuple[str, str]] = (),
     ) -> Live:
         def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             return {i["metadata"].get("name", ""): i for i in items}
 
         taken_over = sorted(set(adopted))
+        found = {
+            (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+            for namespace, name in taken_over
+        }
         # An adopted plugin's pods stay in its own namespace, labelled as ours are.
         namespaces = sorted({plugin_namespace, *(namespace for namespace, _ in taken_over)})
         return cls(
@@ -101,9 +113,11 @@ class Live:
             records=[Claim.of(c) for c in reader.list("/api/v1/configmaps", STACK_LABEL)],
             device_classes=by_name(reader.list(f"{DRA_API_PATH}/deviceclasses")),
             resource_slices=reader.list(f"{DRA_API_PATH}/resourceslices"),
-            adopted={
-                (namespace, name): reader.find(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
-                for namespace, name in taken_over
+            adopted=found,
+            shared_pods={
+                key: reader.list(f"/api/v1/namespaces/{key[0]}/pods", _selector(daemon_set))
+                for key in sorted(set(shared))
+                if (daemon_set := found.get(key)) is not None
             },
             leftovers={kind: _readable(reader, kind, path) for kind, path in LEFTOVER_PATHS.items()},
         )
@@ -119,3 +133,9 @@ def _readable(reader: Reader, kind: str, path: str) -> list[dict[str, Any]] | No
         return reader.list(path, field_selector=FIELD_SELECTORS.get(kind))
     except ForbiddenError:
         return None
+
+
+def _selector(daemon_set: dict[str, Any]) -> str:
+    """A DaemonSet's matchLabels as a label selector (a hand-made plugin's has no matchExpressions to speak of)."""
+    labels = ((daemon_set.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.admission_checks import check_guard_policy, check_node_switches, check_void_policy, same
+from cluster.adoption import check_adoption
 from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
 from cluster.leftovers import check_leftovers
@@ -38,7 +39,6 @@ from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, pa
 from common.names import (
     DRA_PLUGIN_IMAGE_NAMES,
     DRA_PLUGIN_NAME,
-    FIELD_MANAGER,
     GPU_RESOURCE,
     INSTANCE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
@@ -68,35 +68,6 @@ from desired.node_labels import (
 )
 from desired.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
-
-
-def _owned(fields: dict[str, Any], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
-    """Every field path a managedFields entry's fieldsV1 owns (a key with `.` owns the element itself)."""
-    for key, below in fields.items():
-        if key == ".":
-            yield prefix
-        elif isinstance(below, dict) and below:
-            yield from _owned(below, (*prefix, key))
-        else:
-            yield (*prefix, key)
-
-
-def leftover_fields(daemon_set: dict[str, Any]) -> list[str]:
-    """The DaemonSet's spec fields that only another manager owns (the hand-made manager's, which a forced apply by
-    hidden-gpu left because hidden-gpu does not declare them): the takeover has not converged them."""
-    ours: set[tuple[str, ...]] = set()
-    theirs: set[tuple[str, ...]] = set()
-    for entry in (daemon_set.get("metadata") or {}).get("managedFields") or []:
-        if entry.get("subresource"):  # status, written by the controller
-            continue
-        spec = (entry.get("fieldsV1") or {}).get("f:spec") or {}
-        paths = {("f:spec", *path) for path in _owned(spec)}
-        (ours if entry.get("manager") == FIELD_MANAGER else theirs).update(paths)
-    # Converged: a path ours owns too, or one above a path of ours (a list element whose fields ours sets).
-    left = {p for p in theirs - ours if not any(o[: len(p)] == p for o in ours)}
-    # One line per leftover: an element's own fields go with it.
-    top = [p for p in left if not any(q != p and p[: len(q)] == q for q in left)]
-    return sorted(".".join(part.removeprefix("f:") for part in path) for path in top)
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -190,11 +161,7 @@ def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:
         pods = [p for p in mine if _label(p, PLUGIN_NAME_LABEL) == operand]
         if operand in planned or pods:
             yield from _pinned(node, operand, pods, runs=operand in planned)
-    adopt = node.adopt_device_plugin
-    if adopt is not None and node.exposed_gpus:
-        found = live.adopted.get((adopt.namespace, adopt.name))
-        left = "<missing>" if found is None else ", ".join(leftover_fields(found)) or "none"
-        yield Check(node.name, f"adopted {adopt.namespace}/{adopt.name}: fields only its maker set", "none", left)
+    yield from check_adoption(node, live)
 
 
 def check_records(name: str, stack: StackConfig, live: Live) -> Iterator[Check]:
@@ -277,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         stack = parse_project_config(config)
         reader = Reader(api_client(args, config), deadline=time.monotonic() + args.deadline)
         adopted = [(a.namespace, a.name) for n in stack.nodes if (a := n.adopt_device_plugin) is not None]
-        live = Live.read(reader, stack.device_plugin.namespace, mutating=stack.guard.add_void, adopted=adopted)
+        shared = [(a.namespace, a.name) for n in stack.nodes if (a := n.shared_plugin) is not None]
+        live = Live.read(
+            reader, stack.device_plugin.namespace, mutating=stack.guard.add_void, adopted=adopted, shared=shared
+        )
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
         checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices)]

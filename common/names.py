@@ -170,6 +170,11 @@ NODE_OUTPUT_KEYS = ("name", "exposedGpus", "hiddenGpus")
 GRAPH_FILE = "_pulumi-graph.json"
 
 PLUGIN_NAME = "nvidia-device-plugin"
+# The init container of a plugin that replaces a hand-made one serving several nodes: it waits until no NVIDIA
+# plugin socket is left in the kubelet's directory (nvidia-<resource>.sock: k8s-device-plugin v0.20.0
+# internal/plugin/server.go:103-107, removed once its server stopped, :163-174).
+PLUGIN_WAIT_CONTAINER = "wait-for-other-plugins"
+PLUGIN_SOCKET_GLOB = "nvidia-*.sock"
 PLUGIN_NETWORK_POLICY = f"{PLUGIN_NAME}-no-network"
 # The pinned operands' pods: no egress, ingress only to dcgm-exporter's metrics port (GFD listens on nothing).
 OPERANDS_NETWORK_POLICY = f"{PROJECT}-operands-metrics-only"

@@ -17,9 +17,13 @@ from common.names import (
     FIELD_MANAGER_ANNOTATION,
     GPU_RESOURCE,
     KUBELET_DEVICE_PLUGINS,
+    NO_GPU_VALUES,
+    NODE_LABEL,
     PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_FILE,
     PLUGIN_NAME,
+    PLUGIN_SOCKET_GLOB,
+    PLUGIN_WAIT_CONTAINER,
     VISIBLE_DEVICES_ENV,
     DeviceListStrategy,
     MigStrategy,
@@ -129,22 +133,63 @@ def volumes(
     return volumes, mounts
 
 
+# Said once the wait starts: what holds the socket, and what to do.
+WAITING = (
+    "another NVIDIA device plugin still serves this node: a hand-made DaemonSet without the node-affinity term "
+    f"'{NODE_LABEL} DoesNotExist' (docs/operations.md: Adopting a hand-made setup); if no other plugin pod runs "
+    "on this node, the file was left by a killed one: delete it"
+)
+# POSIX sh (busybox's in NVIDIA's image from v0.18.0, deployments/container/Dockerfile:46-60 at v0.20.0), with no
+# `$(`, which the kubelet would read as a variable reference. A line at once, then every 30 s.
+WAIT_SCRIPT = f"""d={KUBELET_DEVICE_PLUGINS}
+t=
+while :; do
+  set -- "$d"/{PLUGIN_SOCKET_GLOB}
+  if [ ! -e "$1" ]; then echo "hidden-gpu: no other NVIDIA plugin socket in $d: the pinned plugin starts"; exit 0; fi
+  if [ -z "$t" ]; then echo "hidden-gpu: waiting for $1 to go: {WAITING}"; fi
+  t="${{t}}x"; [ ${{#t}} -ge 30 ] && t=
+  sleep 1
+done
+"""
+
+
+def wait_for_other_plugins(plugin: DevicePluginConfig) -> k8s.core.v1.ContainerArgs:
+    """Where the node's plugin replaces a hand-made one of several nodes, the two start and stop independently (the
+    hand-made pod goes when the node label reaches its DaemonSet controller): the pinned plugin must register only
+    after the other's server stopped, or the kubelet ends with no healthy GPU (docs/operations.md). The plugin's own
+    image, no GPU (`void`), the directory read-only."""
+    return k8s.core.v1.ContainerArgs(
+        name=PLUGIN_WAIT_CONTAINER,
+        image=plugin.image,
+        image_pull_policy="IfNotPresent",
+        command=["/bin/sh", "-c", WAIT_SCRIPT],
+        env=[k8s.core.v1.EnvVarArgs(name=VISIBLE_DEVICES_ENV, value=NO_GPU_VALUES[0])],
+        security_context=unprivileged(),
+        resources=k8s.core.v1.ResourceRequirementsArgs(
+            requests=plugin.resources.requests.model_dump(), limits=plugin.resources.limits.model_dump()
+        ),
+        volume_mounts=[
+            k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS, read_only=True)
+        ],
+    )
+
+
 def plugin_spec(
     node: NodeConfig, plugin: DevicePluginConfig, runtime_class: pulumi.Input[str]
 ) -> k8s.apps.v1.DaemonSetSpecArgs:
     labels = plugin_labels(node.name)
     selector, pod_labels = labels, labels
-    adopt = node.adopt_device_plugin
+    adopt = node.taken_over_plugin
     if adopt is not None:
         # An adopted DaemonSet's selector is immutable, so it stays the hand-made one and the pods carry both its
         # labels and ours (cluster.verify finds them by ours); the container keeps its name, as containers merge by
         # name.
-        selector = dict(adopt.match_labels)
-        pod_labels = {**adopt.match_labels, **labels}
+        selector = dict(adopt.match_labels or {})
+        pod_labels = {**selector, **labels}
     config = plugin_config(node)
     volumes_, mounts = volumes(node, plugin, config)
     container = k8s.core.v1.ContainerArgs(
-        name=PLUGIN_NAME if adopt is None else adopt.container,
+        name=PLUGIN_NAME if adopt is None or adopt.container is None else adopt.container,
         image=plugin.image,
         image_pull_policy="IfNotPresent",
         env=env(node, plugin, config),
@@ -154,7 +199,8 @@ def plugin_spec(
         ),
         volume_mounts=mounts,
     )
-    pod_spec = node_pod_spec(node.name, plugin, runtime_class, [container], volumes_)
+    waits = [wait_for_other_plugins(plugin)] if node.shared_plugin is not None else []
+    pod_spec = node_pod_spec(node.name, plugin, runtime_class, [container], volumes_, init_containers=waits)
     checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
     return k8s.apps.v1.DaemonSetSpecArgs(
         selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),

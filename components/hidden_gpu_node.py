@@ -131,12 +131,14 @@ def _planned_operands(spec: NodeSpec, node: Node) -> list[str]:
 def _identity(component: str, spec: NodeSpec, node: Node) -> _Identity:
     """The node's name validated on its own, so a preview that knows it but not the UUIDs still declares it."""
     if isinstance(node, NodeConfig):
-        return _Identity(node.name, node.adopt_device_plugin)
+        return _Identity(node.name, node.taken_over_plugin)
     if "name" not in spec:
         raise InvalidInputError.of([ConfigError(("node", "name"), MISSING_KEY)])
     # The other keys are plain (_spec): what the whole node's model would say of them, it says at once here.
     written = spec.get("adoptDevicePlugin")
     adopt = None if written is None else validated(AdoptedPluginConfig, written, ("node", "adoptDevicePlugin"))
+    # A shared hand-made DaemonSet is not taken over: the node's plugin keeps its own name and namespace.
+    adopt = None if adopt is None or adopt.shared else adopt
     return _Identity(validated_input(NodeName, spec["name"], ("node", "name"), f"HiddenGpuNode {component}"), adopt)
 
 
@@ -321,7 +323,7 @@ def _summary(node: NodeConfig) -> NodeSummary:
         exposedCount=len(node.exposed_gpus),
         advertisedCount=node.advertised_gpus,
         hiddenCount=len(node.hidden_gpus),
-        devicePlugin=plugin_name(node.name, node.adopt_device_plugin) if node.runs_plugin else None,
+        devicePlugin=plugin_name(node.name, node.taken_over_plugin) if node.runs_plugin else None,
         runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
     )
 

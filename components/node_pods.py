@@ -68,6 +68,7 @@ def node_pod_spec(
     volumes: list[k8s.core.v1.VolumeArgs],
     *,
     service_account: str | None = None,
+    init_containers: list[k8s.core.v1.ContainerArgs] | None = None,
 ) -> k8s.core.v1.PodSpecArgs:
     """A pod on this node alone, under its RuntimeClass (the toolkit's `nvidia` handler gives the containers the
     GPUs their NVIDIA_VISIBLE_DEVICES names), with an API token only where it has a `service_account` (the DRA
@@ -88,6 +89,7 @@ def node_pod_spec(
             *(k8s.core.v1.TolerationArgs(**t.model_dump(exclude_none=True)) for t in plugin.tolerations),
             shared_node_toleration(),
         ],
+        init_containers=init_containers or None,
         containers=containers,
         volumes=volumes,
     )

@@ -61,22 +61,30 @@ class TimeSlicingSpec(TypedDict):
 
 
 class AdoptedPluginSpec(TypedDict):
-    """A plugin DaemonSet made by hand (the recipe run without hidden-gpu) that `up` takes over for this
-    node, instead of creating `nvidia-device-plugin-<node>` beside it: two plugins of one resource on a
-    node leave the kubelet with no healthy GPU (docs/operations.md, "Adopting a hand-made setup")."""
+    """A plugin DaemonSet made by hand (the recipe run without hidden-gpu) that this node's plugin
+    replaces: two plugins of one resource on a node leave the kubelet with no healthy GPU
+    (docs/operations.md, "Adopting a hand-made setup"). One node's own is taken over (`up` applies the
+    node's plugin under its name); one that serves several nodes (`shared: true`) is left to serve the
+    others, and leaves this node by the node label hidden-gpu sets."""
 
     namespace: str
     """The hand-made DaemonSet's namespace: it stays there (a DaemonSet cannot move), so it must be exempt
     from the guard (`guard.exemptNamespaces`, or `devicePlugin.namespace` itself)."""
     name: str
     """The hand-made DaemonSet's name: it keeps it."""
-    matchLabels: dict[str, str]
+    matchLabels: NotRequired[dict[str, str]]
     """Its `spec.selector.matchLabels`, exactly (`kubectl get ds -o
     jsonpath='{.spec.selector.matchLabels}'`): a DaemonSet's selector cannot change, so the taken-over
-    one keeps it and its pods carry these labels too."""
-    container: str
+    one keeps it and its pods carry these labels too. Required unless `shared`."""
+    container: NotRequired[str]
     """The name of its plugin container: the taken-over container keeps it (server-side apply merges
-    containers by name; another name would add a second plugin container beside it)."""
+    containers by name; another name would add a second plugin container beside it). Required unless
+    `shared`."""
+    shared: NotRequired[bool]
+    """The DaemonSet serves several nodes (by GPU index, say): it is not taken over. It must carry the
+    node-affinity expression `hidden-gpu.io/node DoesNotExist` in every term, so that the node label
+    moves it off this node; this node's own plugin starts only once no other NVIDIA plugin socket is
+    left on the node."""
 
 
 class NodeSpec(TypedDict):
@@ -103,8 +111,9 @@ class NodeSpec(TypedDict):
     """The node's MIG layout, parent GPU UUID -> its MIG device UUIDs: needed for every listed MIG UUID
     (`discover --expose` writes it)."""
     adoptDevicePlugin: NotRequired[AdoptedPluginSpec]
-    """A hand-made plugin DaemonSet to take over as this node's plugin, keeping its name, namespace,
-    selector and container name; only on a node that exposes GPUs."""
+    """A hand-made plugin DaemonSet this node's plugin replaces: taken over, keeping its name, namespace,
+    selector and container name, or (`shared`) left to the other nodes it serves; only on a node that
+    exposes GPUs."""
     allocator: NotRequired[Allocator]
     """Who hands the exposed GPUs to pods, exactly one: `devicePlugin` (the pinned plugin, as
     `nvidia.com/gpu`) or `dra` (the stack's DeviceClass of the node or its pool, through NVIDIA's DRA

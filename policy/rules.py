@@ -23,6 +23,7 @@ from common.names import (
     DRA_PLUGIN_RULES,
     KUBELET_DEVICE_PLUGINS,
     KUBELET_PLUGINS_REGISTRY,
+    NO_GPU_VALUES,
     OPERATOR_RUNTIME_CLASSES,
     PINNED_OPERANDS,
     PLUGIN_IMAGE_NAME,
@@ -130,6 +131,8 @@ def plugin_devices_are_uuids(args: ResourceValidationArgs, report_violation: Rep
                 "device plugin does not set NVIDIA_VISIBLE_DEVICES: the image's own ENV=all exposes every GPU", None
             )
             continue
+        if value == NO_GPU_VALUES[0]:
+            continue  # no GPU at all (the init container that waits for a hand-made plugin to go)
         bad = [d for d in value.split(",") if not (GPU_UUID.fullmatch(d) or MIG_UUID.fullmatch(d))]
         if bad:
             report_violation(

@@ -176,8 +176,8 @@ def _allocator_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
 
 def _adoption_stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
     """An adopted plugin stays in its namespace, which the guard must exempt (its pods mount a host directory);
-    each hand-made DaemonSet is one node's plugin."""
-    first: dict[tuple[str, str], int] = {}
+    a hand-made DaemonSet taken over is one node's plugin; one of several nodes is named shared by each."""
+    first: dict[tuple[str, str], tuple[int, bool]] = {}
     for node_index, node in enumerate(stack.nodes):
         adopt = node.adopt_device_plugin
         if adopt is None:
@@ -190,13 +190,14 @@ def _adoption_stack_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str
                 "guard.exemptNamespaces",
             )
         key = (adopt.namespace, adopt.name)
-        if key in first:
+        earlier = first.setdefault(key, (node_index, adopt.shared))
+        if earlier[0] != node_index and not (adopt.shared and earlier[1]):
             yield (
                 ("nodes", node_index, "adoptDevicePlugin", "name"),
                 adopt.name,
-                f"also adopted by nodes[{first[key]}]: a DaemonSet is one node's plugin",
+                f"also adopted by nodes[{earlier[0]}]: a DaemonSet taken over is one node's plugin; where it serves "
+                "several nodes, say shared: true on each",
             )
-        first.setdefault(key, node_index)
 
 
 def _toolkit_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:

@@ -18,7 +18,7 @@ from common.names import (
     pool_class_name,
     runtime_class_name,
 )
-from stack_config.errors import Loc
+from stack_config.errors import MISSING, Loc
 from stack_config.values import (
     ContainerName,
     DeviceUuid,
@@ -91,21 +91,28 @@ class TimeSlicingConfig(StrictModel):
 
 
 class AdoptedPluginConfig(StrictModel):
-    """A plugin DaemonSet made by hand (the recipe run without hidden-gpu) that `up` takes over for this node, instead
-    of creating `nvidia-device-plugin-<node>` beside it: two plugins of one resource on a node leave the kubelet with
-    no healthy GPU (docs/operations.md, "Adopting a hand-made setup")."""
+    """A plugin DaemonSet made by hand (the recipe run without hidden-gpu) that this node's plugin replaces: two
+    plugins of one resource on a node leave the kubelet with no healthy GPU (docs/operations.md, "Adopting a
+    hand-made setup"). One node's own is taken over (`up` applies the node's plugin under its name); one that serves
+    several nodes (`shared: true`) is left to serve the others, and leaves this node by the node label hidden-gpu
+    sets."""
 
     namespace: NamespaceName
     """The hand-made DaemonSet's namespace: it stays there (a DaemonSet cannot move), so it must be exempt from the
     guard (`guard.exemptNamespaces`, or `devicePlugin.namespace` itself)."""
     name: ObjectName
     """The hand-made DaemonSet's name: it keeps it."""
-    match_labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
+    match_labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)] | None = None
     """Its `spec.selector.matchLabels`, exactly (`kubectl get ds -o jsonpath='{.spec.selector.matchLabels}'`): a
-    DaemonSet's selector cannot change, so the taken-over one keeps it and its pods carry these labels too."""
-    container: ContainerName
+    DaemonSet's selector cannot change, so the taken-over one keeps it and its pods carry these labels too. Required
+    unless `shared`."""
+    container: ContainerName | None = None
     """The name of its plugin container: the taken-over container keeps it (server-side apply merges containers by
-    name; another name would add a second plugin container beside it)."""
+    name; another name would add a second plugin container beside it). Required unless `shared`."""
+    shared: bool = False
+    """The DaemonSet serves several nodes (by GPU index, say): it is not taken over. It must carry the node-affinity
+    expression `hidden-gpu.io/node DoesNotExist` in every term, so that the node label moves it off this node; this
+    node's own plugin starts only once no other NVIDIA plugin socket is left on the node."""
 
 
 class NodeConfig(StrictModel):
@@ -130,8 +137,8 @@ class NodeConfig(StrictModel):
     """The node's MIG layout, parent GPU UUID -> its MIG device UUIDs: needed for every listed MIG UUID (`discover
     --expose` writes it)."""
     adopt_device_plugin: AdoptedPluginConfig | None = None
-    """A hand-made plugin DaemonSet to take over as this node's plugin, keeping its name, namespace, selector and
-    container name; only on a node that exposes GPUs."""
+    """A hand-made plugin DaemonSet this node's plugin replaces: taken over, keeping its name, namespace, selector
+    and container name, or (`shared`) left to the other nodes it serves; only on a node that exposes GPUs."""
     allocator: Annotated[Allocator, LaxEnum] = Allocator.DEVICE_PLUGIN
     """Who hands the exposed GPUs to pods, exactly one: `devicePlugin` (the pinned plugin, as `nvidia.com/gpu`) or
     `dra` (the stack's DeviceClass of the node or its pool, through NVIDIA's DRA driver; no plugin runs). The nodes
@@ -141,6 +148,18 @@ class NodeConfig(StrictModel):
     def roles(self) -> dict[str, Role]:
         """Every GPU or MIG device the node lists, and which side it is on."""
         return {uuid: Role.EXPOSED for uuid in self.exposed_gpus} | {uuid: Role.HIDDEN for uuid in self.hidden_gpus}
+
+    @property
+    def taken_over_plugin(self) -> AdoptedPluginConfig | None:
+        """The hand-made DaemonSet `up` applies this node's plugin under: one adopted and not shared."""
+        adopt = self.adopt_device_plugin
+        return adopt if adopt is not None and not adopt.shared else None
+
+    @property
+    def shared_plugin(self) -> AdoptedPluginConfig | None:
+        """The hand-made DaemonSet of several nodes this node's plugin replaces, left in place."""
+        adopt = self.adopt_device_plugin
+        return adopt if adopt is not None and adopt.shared else None
 
     @property
     def replicas(self) -> int:
@@ -247,7 +266,23 @@ def _adoption_problems(node: NodeConfig) -> Iterator[tuple[Loc, Any, str]]:
             adopt.name,
             "the node exposes no GPU, so it runs no plugin to adopt: delete the hand-made DaemonSet instead",
         )
-    for key, value in adopt.match_labels.items():
+    written = {"matchLabels": adopt.match_labels, "container": adopt.container}
+    for key, value in written.items():
+        if adopt.shared and value is not None:
+            yield (
+                ("adoptDevicePlugin", key),
+                value,
+                "not with shared: true: a DaemonSet of several nodes is not taken over, so it keeps its own; delete "
+                "this key",
+            )
+        if not adopt.shared and value is None:
+            yield (
+                ("adoptDevicePlugin", key),
+                MISSING,
+                "required: the taken-over DaemonSet keeps it (or set shared: true where the DaemonSet serves other "
+                "nodes too)",
+            )
+    for key, value in (adopt.match_labels or {}).items():
         ours = plugin_labels(node.name).get(key)
         if ours is not None and ours != value:
             yield (

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cluster.verify import leftover_fields
+from cluster.adoption import leftover_fields
 from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN
 from e2e.node import Node
