@@ -161,3 +161,10 @@ def test_the_cost_limit_figures_are_the_record() -> None:
     for config, key in (("guard", "small, admitted"), ("guard", "small, denied at the last container"),
                         ("guard", "padded, admitted"), ("per-rule", "small, denied at the last container")):  # fmt: skip
         assert f"{record[config][key]['largestJudged']:,}" in text, (config, key)
+
+
+def test_the_cold_ci_table_is_the_records() -> None:
+    """docs/performance.md states the cold CI runs' figures once: the table e2e.cold_ci makes of their records."""
+    from e2e.cold_ci import runs, table  # noqa: PLC0415 (the lab's module, only for this test)
+
+    assert table(runs()) in (ROOT / "docs/performance.md").read_text()
