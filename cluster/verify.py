@@ -6,7 +6,8 @@ One LIST per kind for the whole stack (nodes, the pinned plugins and operands, t
 dcgm-exporter, stack records, RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per
 node: capacity and allocatable equal what the stack advertises, the operator switches are set, no operator plugin,
 GFD or dcgm-exporter runs there, and exactly one pinned plugin (and one of each pinned operand) is Ready there whose
-NVIDIA_VISIBLE_DEVICES is the stack's exposed UUIDs, in order, and no other stack's record lists the node or its
+NVIDIA_VISIBLE_DEVICES is the stack's exposed UUIDs, in order, nothing in its pod reaching further (a container
+privileged or given a capability, another one naming a GPU), and no other stack's record lists the node or its
 GPUs. Stack-wide: the stack's own record, the RuntimeClasses (and no class the guard takes as plain with an NVIDIA
 handler), each admission policy field by field (failure policy, matches, namespace selector, match conditions,
 variables, rules), their bindings (the stack's mode, every namespace), the void policy if
@@ -41,6 +42,7 @@ from common.names import (
     DRA_PLUGIN_NAME,
     GPU_RESOURCE,
     INSTANCE_LABEL,
+    NO_GPU_VALUES,
     NVIDIA_RUNTIME_HANDLER,
     OPERANDS_OFF_ANNOTATION,
     OPERATOR_OPERAND_APPS,
@@ -55,6 +57,7 @@ from common.names import (
     VISIBLE_DEVICES_ENV,
     Allocator,
     GuardScope,
+    MigStrategy,
 )
 from desired.guard_rules import policy_specs
 from desired.guard_settings import GuardSettings
@@ -109,14 +112,44 @@ def _label(pod: dict[str, Any], key: str) -> str | None:
     return (pod["metadata"].get("labels") or {}).get(key)
 
 
+def _widened(pod: dict[str, Any], exposed: str, may_add: set[str]) -> Iterator[str]:
+    """What in a pinned pod could reach more than its exposed GPUs, whatever its first container's variable says
+    (that one is checked on its own): a container privileged or given a capability the render does not add (the
+    toolkit treats SYS_ADMIN as privileged), another container whose NVIDIA_VISIBLE_DEVICES is neither `void` nor
+    the exposed UUIDs (unset: the image's own `all`), variables from a ConfigMap or Secret, the host's PID or IPC
+    namespace."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    first = (spec.get("containers") or [{}])[0]
+    for container in [*containers, *(spec.get("ephemeralContainers") or [])]:
+        name, security = container.get("name"), container.get("securityContext") or {}
+        if security.get("privileged"):
+            yield f"{name} privileged"
+        if added := set((security.get("capabilities") or {}).get("add") or []) - may_add:
+            yield f"{name} adds {','.join(sorted(added))}"
+        if container.get("envFrom"):
+            yield f"{name} envFrom"
+        values = [
+            e.get("value", "<valueFrom>") for e in container.get("env") or [] if e.get("name") == VISIBLE_DEVICES_ENV
+        ]
+        if container is not first and values[-1:] not in ([NO_GPU_VALUES[0]], [exposed]):
+            yield f"{name} {VISIBLE_DEVICES_ENV}={values[-1] if values else '<unset: the image sees all>'}"
+    yield from (f"{key}" for key in ("hostPID", "hostIPC") if spec.get(key))
+
+
 def _pinned(node: NodeConfig, what: str, mine: list[dict[str, Any]], *, runs: bool | None = None) -> Iterator[Check]:
     """One Ready pod of the plugin (or a pinned operand) on the node where it runs, none elsewhere, and what it reads
-    is exactly the exposed UUIDs, in order."""
+    is exactly the exposed UUIDs, in order, with nothing that widens it."""
     runs = bool(node.exposed_gpus) if runs is None else runs
     yield Check(node.name, f"pinned {what} pods Ready", "1" if runs else "0", str(len([p for p in mine if _ready(p)])))
     if runs:
+        exposed = ",".join(node.exposed_gpus)
         actual = ";".join(sorted({_visible_devices(p) for p in mine})) or f"<no {what} pod>"
-        yield Check(node.name, f"{what} {VISIBLE_DEVICES_ENV}", ",".join(node.exposed_gpus), actual)
+        yield Check(node.name, f"{what} {VISIBLE_DEVICES_ENV}", exposed, actual)
+        # The MIG monitor needs SYS_ADMIN in the plugin (components/device_plugin_spec.py); nothing else adds any.
+        may_add = {"SYS_ADMIN"} if what == "plugin" and node.mig_strategy != MigStrategy.NONE else set()
+        widened = [f"{p['metadata'].get('name')}: {found}" for p in mine for found in _widened(p, exposed, may_add)]
+        yield Check(node.name, f"{what} pods: nothing wider", "none", "; ".join(widened) or "none")
 
 
 def check_node(node: NodeConfig, live: Live) -> Iterator[Check]:

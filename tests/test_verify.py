@@ -37,7 +37,7 @@ def test_healthy_cluster_passes(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "declared",
         "ok",
     ] in [line.split() for line in out.splitlines()]
-    assert out.strip().endswith("result: 0 mismatch(es) in 74 checks, 16 API requests")
+    assert out.strip().endswith("result: 0 mismatch(es) in 76 checks, 16 API requests")
 
 
 def test_operator_plugin_still_advertising_every_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +108,32 @@ def test_the_right_count_of_the_wrong_gpus_is_a_mismatch(tmp_path: Path, capsys:
     assert [row[:5] for row in mismatches(out)] == [
         ["gpu-node-01", "plugin", "NVIDIA_VISIBLE_DEVICES", ",".join(exposed), f"{exposed[0]},{hidden}"]
     ]
+
+
+def test_a_pinned_pod_widened_beyond_its_gpus_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Identity, not only the first container's variable: a pinned plugin made privileged, given a capability, a
+    sidecar that names no GPU (its image's `all`) or an init container given a hidden one each reach more than the
+    exposed GPUs, and each is named with its pod and container."""
+    cluster = healthy(PROD_CONFIG)
+    plugin = cluster.pods[0]
+    name = plugin["metadata"]["name"]
+    hidden = PROD_CONFIG[f"{PROJECT}:nodes"][0]["hiddenGpus"][0]
+    plugin["spec"]["containers"][0]["securityContext"] = {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    plugin["spec"]["containers"].append({"name": "sidecar", "image": "busybox"})
+    plugin["spec"]["initContainers"] = [
+        {"name": "wait-for-other-plugins", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": hidden}]}
+    ]
+    status, out, _ = run(tmp_path, cluster, capsys)
+    assert status == EXIT_FINDING
+    ((row,),) = [[line] for line in out.splitlines() if "nothing wider" in line and "MISMATCH" in line]
+    for found in (
+        f"{name}: c privileged",
+        f"{name}: c adds SYS_ADMIN",
+        f"{name}: sidecar NVIDIA_VISIBLE_DEVICES=<unset: the image sees all>",
+        f"{name}: wait-for-other-plugins NVIDIA_VISIBLE_DEVICES={hidden}",
+    ):
+        assert found in row, row
+    assert len(mismatches(out)) == 1
 
 
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
