@@ -49,16 +49,16 @@ e2e: $(VENV)/.installed
 	$(PY) -m pytest -q -m real tests/real
 	$(PY) -m pytest -q -m real tests/node
 
-# The GPU host check's binaries (NVIDIA's container toolkit, runc), copied into e2e/.gpu to carry to a
-# GPU host: there, python3 e2e/gpu_runtime_check.py --bin e2e/.gpu --out DIR (docs/testing.md).
+# The GPU host check's binaries (NVIDIA's container toolkit, runc), copied into lab/.gpu to carry to a
+# GPU host: there, python3 lab/gpu_runtime_check.py --bin lab/.gpu --out DIR (docs/testing.md).
 gpu-runtime-bin: $(VENV)/.installed
 	$(PY) -m e2e.build --gpu-host
-	mkdir -p e2e/.gpu && cp -L e2e/.bin/runc e2e/.bin/nvidia-ctk e2e/.bin/nvidia-container-runtime e2e/.bin/nvidia-cdi-hook e2e/.gpu/
+	mkdir -p lab/.gpu && cp -L e2e/.bin/runc e2e/.bin/nvidia-ctk e2e/.bin/nvidia-container-runtime e2e/.bin/nvidia-cdi-hook lab/.gpu/
 
-# The GPU host run's carry (e2e/.gpu/node: the node set xz-packed, the render, NVIDIA's plugin from ../shared/bin);
-# then, on the GPU host: python3 -m e2e.gpu_node_run run --out DIR (docs/testing.md, "The GPU host run").
+# The GPU host run's carry (lab/.gpu/node: the node set xz-packed, the render, NVIDIA's plugin from ../shared/bin);
+# then, on the GPU host: python3 -m lab.gpu_node_run run --out DIR (docs/testing.md, "The GPU host run").
 gpu-node: $(VENV)/.installed
-	$(PY) -m e2e.gpu_node_run prepare
+	$(PY) -m lab.gpu_node_run prepare
 
 # docs/configuration.md is generated from the config models; make test fails when it is stale.
 docs: $(VENV)/.installed

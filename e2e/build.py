@@ -2,7 +2,7 @@
 
     python -m e2e.build            # builds what is missing, links e2e/.bin/*, prints each group's time
     python -m e2e.build --check    # exit 1 unless every binary is already cached (CI's warm check)
-    python -m e2e.build --gpu-host # only what the GPU host runs, packed into e2e/.gpu/node/ (e2e/gpu_node_run.py)
+    python -m e2e.build --gpu-host # only what the GPU host runs, packed into lab/.gpu/node/ (lab/gpu_node_run.py)
 
 The versions live in the wrapper modules' go.mod files (e2e/go/<group>/): the module proxy serves them,
 go.sum pins their content. Each group is cached under $HIDDEN_GPU_E2E_CACHE (default
@@ -28,8 +28,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-
-from e2e.gpu_pack import GPU_CARRY, NODESET_FILE, pack_gpu_host
 
 HERE = Path(__file__).resolve().parent
 MODULES = HERE / "go"
@@ -63,7 +61,7 @@ class Group:
     static: bool = field(default=False, repr=False)
     """A cgo group linked statically (glibc and libseccomp included): it runs on a host without them."""
     gpu_host: bool = False
-    """Also carried to the GPU host (`--gpu-host` builds only these; e2e/gpu_runtime_check.py)."""
+    """Also carried to the GPU host (`--gpu-host` builds only these; lab/gpu_runtime_check.py)."""
     debian: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     """(header, Debian package) pairs the cgo build needs; installed with apt-get where missing and root."""
     own_source: bool = field(default=False, repr=False)
@@ -122,7 +120,7 @@ GROUPS = (
     Group("containerd", {n: f"github.com/containerd/containerd/v2/cmd/{n}"
                          for n in ("containerd", "containerd-shim-runc-v2", "ctr")},
           "github.com/containerd/containerd/v2", ("github.com/containerd/containerd/v2/version.Version={v}",)),
-    # The GPU host run (e2e/gpu_node_run.py): etcd and the four Kubernetes programs as one multi-call binary
+    # The GPU host run (lab/gpu_node_run.py): etcd and the four Kubernetes programs as one multi-call binary
     # (e2e/go/gpuhost/main.go), since separately they do not fit the device machine's carry; Kubernetes'
     # version flags as in the k8s group.
     Group("gpuhost", {"hidden-gpu-host": "hidden-gpu.test/e2e/gpuhost"}, "k8s.io/kubernetes", K8S_VERSION_FLAGS,
@@ -312,44 +310,53 @@ def build_missing(group: Group, target: Path) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
-    arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
-    arguments.add_argument(
-        "--gpu-host", action="store_true", help=f"only the GPU host's binaries, packed into {GPU_CARRY}/{NODESET_FILE}"
-    )
-    args = arguments.parse_args(argv)
+# Each group's binaries as built: its directory in the cache and the programs in it.
+Built = dict[str, tuple[Path, tuple[str, ...]]]
+
+
+def build_groups(*, gpu_host: bool = False, check: bool = False) -> tuple[int, Built]:
+    """Every group a plain build wants (or, with gpu_host, the GPU host's), built where not cached and linked into
+    LINKS; with check, nothing built. The exit status, and the groups' binaries."""
     if shutil.which("go") is None:
         print("e2e.build: the real tier needs Go 1.26.6 or newer on PATH", file=sys.stderr)
-        return 2
+        return 2, {}
     go_version = go("env", "GOVERSION", cwd=HERE)
     (CACHE / "bin").mkdir(parents=True, exist_ok=True)
     LINKS.mkdir(exist_ok=True)
-    missing, targets = [], {}
+    missing, built = [], {}
     wanted = [
         g for g in GROUPS
-        if (g.gpu_host or g.name in GPU_HOST_TOO if args.gpu_host else g.name not in GPU_HOST_ONLY)
+        if (g.gpu_host or g.name in GPU_HOST_TOO if gpu_host else g.name not in GPU_HOST_ONLY)
     ]  # fmt: skip
     for group in wanted:
-        target = targets[group.name] = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
+        target = CACHE / "bin" / f"{group.name}-{key(group, go_version)}"
+        built[group.name] = (target, tuple(group.binaries))
         if not target.is_dir():
             missing.append(group.name)
-            if args.check:
+            if check:
                 continue
             if status := build_missing(group, target):
-                return status
+                return status, built
         else:
             print(f"{group.name}: cached {target}")
         for name in group.binaries:
             link = LINKS / name
             link.unlink(missing_ok=True)
             link.symlink_to(target / name)
-    if args.check and missing:
+    if check and missing:
         print(f"e2e.build: not cached: {', '.join(missing)}", file=sys.stderr)
-        return 1
-    if args.gpu_host and not args.check:
-        pack_gpu_host({g.name: (targets[g.name], tuple(g.binaries)) for g in wanted})
-    return 0
+        return 1, built
+    return 0, built
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = argparse.ArgumentParser(prog="python -m e2e.build", description=__doc__.split("\n\n")[0])
+    arguments.add_argument("--check", action="store_true", help="build nothing; exit 1 unless every group is cached")
+    arguments.add_argument(
+        "--gpu-host", action="store_true", help="only the GPU host's binaries (lab/gpu_node_run.py packs them)"
+    )
+    args = arguments.parse_args(argv)
+    return build_groups(gpu_host=args.gpu_host, check=args.check)[0]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ device nodes and the driver's libraries.
         node.toolkit(Toolkit(envvar_when_unprivileged=False, volume_mounts=True))  # read at each container start
         node.logs("default", "probe")
 
-On a GPU host (e2e/gpu_node_run.py) the same node runs over the host's real CDI spec and other images:
+On a GPU host (lab/gpu_node_run.py) the same node runs over the host's real CDI spec and other images:
 `cdi` writes the spec into the node's spec directory (`nvidia-ctk cdi generate`) in place of the synthetic one,
 and `own_images` replaces the images imported (NVIDIA's plugin, a pod image that runs nvidia-smi).
 

@@ -1,4 +1,4 @@
-"""e2e.admission_compare's summary: medians over rounds, each configuration's cost from its own plugin, the
+"""lab.admission_compare's summary: medians over rounds, each configuration's cost from its own plugin, the
 ratios and the growth per container the goals of issue 43 are judged by. The run itself:
 tests/real/test_admission_compare.py."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from e2e import admission_compare as compare
+from lab import admission_compare as compare
 
 
 def test_the_summary_is_made_of_the_phases_medians() -> None:

@@ -144,9 +144,9 @@ def test_the_operator_figures_are_the_records() -> None:
 
 
 def test_the_admission_comparison_table_is_the_record() -> None:
-    """docs/performance.md's comparison with Pod Security and the floor is the table e2e.admission_compare makes
+    """docs/performance.md's comparison with Pod Security and the floor is the table lab.admission_compare makes
     from docs/measurements/admission-compare-2core.json."""
-    from e2e.admission_compare import table  # noqa: PLC0415 (the benchmark's module, only for this test)
+    from lab.admission_compare import table  # noqa: PLC0415 (the benchmark's module, only for this test)
 
     record = json.loads((ROOT / "docs/measurements/admission-compare-2core.json").read_text())
     assert table(record["summary"]) in (ROOT / "docs/performance.md").read_text()
@@ -164,7 +164,7 @@ def test_the_cost_limit_figures_are_the_record() -> None:
 
 
 def test_the_cold_ci_table_is_the_records() -> None:
-    """docs/performance.md states the cold CI runs' figures once: the table e2e.cold_ci makes of their records."""
-    from e2e.cold_ci import runs, table  # noqa: PLC0415 (the lab's module, only for this test)
+    """docs/performance.md states the cold CI runs' figures once: the table lab.cold_ci makes of their records."""
+    from lab.cold_ci import runs, table  # noqa: PLC0415 (the lab's module, only for this test)
 
     assert table(runs()) in (ROOT / "docs/performance.md").read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e import gpu_host, gpu_node_run
+from lab import gpu_host, gpu_node_run
 
 RECORD = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "h200-real-node.json"
 # The same run on an H100 after the run's split into modules (issue 39): both records must say the same.

@@ -184,7 +184,7 @@ def _our_imports(path: Path) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
-    return {name for name in found if name.split(".")[0] in (*PRODUCT_ROOMS, "tests", "e2e")}
+    return {name for name in found if name.split(".")[0] in (*PRODUCT_ROOMS, "tests", "e2e", "lab")}
 
 
 def _module_files() -> dict[str, Path]:
@@ -199,8 +199,16 @@ def _module_files() -> dict[str, Path]:
 def test_product_code_never_imports_the_tests() -> None:
     """The tests' fakes stay in tests/: a tool that needs one to run is a proof, and lives in e2e/."""
     for module, path in _module_files().items():
-        leaked = sorted(name for name in _our_imports(path) if name.split(".")[0] in ("tests", "e2e"))
+        leaked = sorted(name for name in _our_imports(path) if name.split(".")[0] in ("tests", "e2e", "lab"))
         assert leaked == [], f"{module} imports {leaked}"
+
+
+def test_the_testbed_never_imports_the_lab() -> None:
+    """e2e/ is the testbed the real tiers start (processes, PKI, control plane, node, images, Go builds); lab/ holds
+    the GPU-host runs and the benchmarks built on it, never the other way round."""
+    for path in (ROOT / "e2e").rglob("*.py"):
+        leaked = sorted(name for name in _our_imports(path) if name.split(".")[0] in ("lab", "tests"))
+        assert leaked == [], f"{path.relative_to(ROOT)} imports {leaked}"
 
 
 def test_no_import_loops() -> None:
@@ -235,7 +243,9 @@ def test_every_name_common_names_owns_is_used() -> None:
         for n, v in vars(names).items()
         if not n.startswith("_") and getattr(v, "__module__", "common.names") == "common.names"
     ]
-    sources = {p: p.read_text() for room in (*PRODUCT_ROOMS, "tests", "e2e") for p in (ROOT / room).rglob("*.py")}
+    sources = {
+        p: p.read_text() for room in (*PRODUCT_ROOMS, "tests", "e2e", "lab") for p in (ROOT / room).rglob("*.py")
+    }
     own = (ROOT / "common" / "names.py").read_text()
     unused = [
         n

@@ -1,11 +1,11 @@
-"""The admission benchmark (e2e.admission_bench) run small, so it keeps measuring what it says: every create
+"""The admission benchmark (lab.admission_bench) run small, so it keeps measuring what it says: every create
 counted by the API server's own admission histogram, and each phase ending with the guard as it began (bound:
 a probe denied; unbound: admitted)."""
 
 from __future__ import annotations
 
-from e2e import admission_bench
 from e2e.build import GROUPS, module_version
+from lab import admission_bench
 
 
 def test_the_benchmark_measures_the_guard_and_only_when_bound() -> None:

@@ -1,16 +1,16 @@
-"""The admission comparison (e2e.admission_compare) run small, so it keeps measuring what it says: each
+"""The admission comparison (lab.admission_compare) run small, so it keeps measuring what it says: each
 configuration's namespace judged by exactly its policies, the same pod admitted by all eight (`scoped`'s outside
 its scope, and the same pod under the node's RuntimeClass judged), every dry-run create
-counted by the plugins' own histograms; e2e.admission_cost's three verdicts. The summary's arithmetic: tests/test_admission_compare.py."""
+counted by the plugins' own histograms; lab.admission_cost's three verdicts. The summary's arithmetic: tests/test_admission_compare.py."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from e2e import admission_compare as compare
-from e2e import admission_cost as cost
 from e2e.controlplane import ApiError, ControlPlane
+from lab import admission_compare as compare
+from lab import admission_cost as cost
 
 GUARDED = {"guard", "guard+restricted", "per-rule"}
 
@@ -45,7 +45,7 @@ def test_each_configuration_is_judged_by_its_policies_alone() -> None:
         inside["spec"]["containers"][1]["env"][0]["value"] = "all"
         assert denier(plane, inside) == "guard"
         phases = [compare.phase(plane, compare.the_pod(runtime_class, 4, c), 30, 2) for c in compare.CONFIGS]
-        # e2e.admission_cost's verdicts, each as the API server gives it (the cost limit: a pod far past it).
+        # lab.admission_cost's verdicts, each as the API server gives it (the cost limit: a pod far past it).
         for containers, violating, expected in ((3, False, "admitted"), (3, True, "denied"), (8000, False, "cost")):
             shaped = cost.the_pod(runtime_class, containers, 0, violating, "guard")
             assert cost.verdict(plane, shaped) == expected, (containers, violating)

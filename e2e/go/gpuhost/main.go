@@ -1,6 +1,6 @@
 // Command hidden-gpu-host is etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kubelet in one
 // binary, chosen by the name it is run as (argv[0], like the old hyperkube) or by its first argument: the GPU
-// host run (e2e/gpu_node_run.py) carries it xz-packed, since five separate binaries do not fit the device
+// host run (lab/gpu_node_run.py) carries it xz-packed, since five separate binaries do not fit the device
 // machine's 64 MiB carry beside the rest of the node. Each branch is that program's own main, verbatim
 // (k8s.io/kubernetes v1.36.3 cmd/*/*.go; go.etcd.io/etcd/server/v3 v3.6.8 main.go).
 package main

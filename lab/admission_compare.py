@@ -1,7 +1,7 @@
 """What the guard costs a pod create next to what the API server already does (issue 43, 1): a benchmark, not a
 test.
 
-    python -m e2e.admission_compare [--creates 240] [--rounds 3] [--workers 2] [--minor 1.36] [--json-out FILE]
+    python -m lab.admission_compare [--creates 240] [--rounds 3] [--workers 2] [--minor 1.36] [--json-out FILE]
 
 One real kube-apiserver (python -m e2e.build first), eight configurations side by side, each a namespace of its own
 so that switching costs nothing: `none`; Pod Security `baseline` and `restricted` (the namespace's enforce label);
@@ -43,9 +43,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.names import POLICY_NAME
 from desired.pod_checks import FAST_PATH
-from e2e.admission_bench import bench_plane, create_many, denied, rendered_guard
 from e2e.build import LINKS
 from e2e.controlplane import ControlPlane
+from lab.admission_bench import bench_plane, create_many, denied, rendered_guard
 
 SIZES = (1, 4, 16, 64, 256)
 PSA_LABEL = "pod-security.kubernetes.io/enforce"
@@ -338,7 +338,7 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = argparse.ArgumentParser(prog="python -m e2e.admission_compare", description=__doc__.split("\n\n")[0])
+    arguments = argparse.ArgumentParser(prog="python -m lab.admission_compare", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--creates", type=int, default=240, help="dry-run creates per phase at 1-4 containers")
     arguments.add_argument("--rounds", type=int, default=3, help="rounds over every configuration and size")
     arguments.add_argument("--workers", type=int, default=2, help="concurrent clients")
@@ -347,10 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parse_args(argv)
     server = f"kube-apiserver-{args.minor}" if args.minor else "kube-apiserver"
     if not (LINKS / server).exists():
-        print(f"e2e.admission_compare: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
+        print(f"lab.admission_compare: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
         return 2
     results = measure(args.creates, args.rounds, args.workers, args.minor)
-    results["command"] = "python -m e2e.admission_compare " + " ".join(argv if argv is not None else sys.argv[1:])
+    results["command"] = "python -m lab.admission_compare " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps(results["summary"], indent=1))

@@ -3,9 +3,9 @@ runtime over the host's own CDI spec (`nvidia-ctk cdi generate`), and NVIDIA's o
 project renders it; then the routes of ../shared/notes/real-node.md's table under the toolkit's defaults and
 hardened, each pod running `nvidia-smi -L`. Writes OUT/h200-real-node.json (docs/measurements/) and OUT/logs.tar.gz.
 
-    python -m e2e.gpu_node_run prepare                  # here: build, pack, render, the plugin's xz -> e2e/.gpu/node
-    python3 -m e2e.gpu_node_run run --out "$OUT"        # on the GPU host (device machine), as root
-    python -m e2e.gpu_node_run run --out DIR --rehearse # here, without a GPU: the node tier's stand-ins
+    python -m lab.gpu_node_run prepare                  # here: build, pack, render, the plugin's xz -> lab/.gpu/node
+    python3 -m lab.gpu_node_run run --out "$OUT"        # on the GPU host (device machine), as root
+    python -m lab.gpu_node_run run --out DIR --rehearse # here, without a GPU: the node tier's stand-ins
 
 `prepare` runs `python -m e2e.build --gpu-host` (etcd and the four Kubernetes programs as one multi-call binary,
 containerd, runc, the toolkit, pause: one xz stream), renders the stack below with `offline.render` (the DaemonSet,
@@ -13,9 +13,9 @@ RuntimeClass, node label, ... exactly as `make render` writes them, the guard's 
 what the kubelet and the runtime do, not admission), and copies NVIDIA's plugin binary, xz-packed, from
 ../shared/bin (the module proxy serves none; never part of the project, never a CI dependency).
 
-`run` needs Python 3 and PyYAML (the render is read from e2e/.gpu), and for its host.audit phase the host tools'
+`run` needs Python 3 and PyYAML (the render is read from lab/.gpu), and for its host.audit phase the host tools'
 requirements: those the device machine lacks (pydantic; protobuf at our version) travel as wheels that `prepare`
-downloads, with a CUDA holder (e2e/cuda_hold.c) it builds with cc. The
+downloads, with a CUDA holder (lab/cuda_hold.c) it builds with cc. The
 stack was rendered for a placeholder UUID; `run` puts the host's first GPU's UUID in its place (the UUID and the
 volume name derived from it): the one change besides the plugin's image, which is a local OCI archive of NVIDIA's
 binary (pull policy Never), as in tests/node. `--rehearse` runs everything but the GPU: the synthetic CDI spec, the
@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from e2e.controlplane import ControlPlane
-from e2e.gpu_device import DEADLINE_S, collect_logs, device_main, device_run
-from e2e.gpu_host import (
+from e2e.node import Node
+from e2e.node_dra import DRA_DRIVER, DRA_DRIVER_GROUP
+from lab.gpu_device import DEADLINE_S, collect_logs, device_main, device_run
+from lab.gpu_host import (
     HOLD,
     NODE,
     PLACEHOLDER,
@@ -49,18 +51,16 @@ from e2e.gpu_host import (
     sh,
     unpack,
 )
-from e2e.gpu_node_phases import PODS, SETTINGS, Run, audit_run, dra_run, restart_run, setting_run
-from e2e.gpu_node_prepare import SHARED_PLUGIN, prepare
-from e2e.gpu_pack import GPU_CARRY
-from e2e.node import Node
-from e2e.node_dra import DRA_DRIVER, DRA_DRIVER_GROUP
+from lab.gpu_node_phases import PODS, SETTINGS, Run, audit_run, dra_run, restart_run, setting_run
+from lab.gpu_node_prepare import SHARED_PLUGIN, prepare
+from lab.gpu_pack import GPU_CARRY
 
 
 def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one run, in order)
     began = time.monotonic()
     result: dict[str, Any] = {
-        "what": "The node tier on a GPU host: e2e/gpu_node_run.py (issue 30)",
-        "command": "python3 -m e2e.gpu_node_run run --out $OUT" + (" --rehearse" if rehearse else ""),
+        "what": "The node tier on a GPU host: lab/gpu_node_run.py (issue 30)",
+        "command": "python3 -m lab.gpu_node_run run --out $OUT" + (" --rehearse" if rehearse else ""),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rehearsal": rehearse,
         "source": json.loads((carry / RENDER_FILE).read_text()).get("source"),  # what `prepare` ran at

@@ -112,7 +112,7 @@ def device_main(
     rehearsal: bool,
 ) -> int:
     """A GPU-host run's two verbs: `prepare` here, `run` there as root (and `--rehearse` here, where it has one)."""
-    prog = f"python -m e2e.{doc.split(maxsplit=1)[0]}"
+    prog = f"python -m lab.{doc.split(maxsplit=1)[0]}"
     parser = argparse.ArgumentParser(
         prog=prog,
         description=doc.split("\n\n")[1],

@@ -1,7 +1,7 @@
 """The cold CI runs recorded in docs/measurements/ as one table, the only place docs/performance.md states their
 figures (tests/test_docs.py holds the two in step).
 
-    python -m e2e.cold_ci          # prints the table
+    python -m lab.cold_ci          # prints the table
 
 A run is `git clone . /tmp/cold && cd /tmp/cold && make render STACK=prod && make test && bash .ci/run` with the Go
 module, build and binary caches empty; each record says what else the machine did meanwhile.
@@ -75,7 +75,7 @@ def cold_run(path: Path) -> Run:
 def runs(directory: Path = MEASUREMENTS) -> list[Run]:
     unlisted = sorted({p.name for p in directory.glob("cold-ci-*.json")} - set(ORDER))
     if unlisted:
-        raise ValueError(f"{unlisted}: add each to e2e/cold_ci.py ORDER, in the order the runs were made")
+        raise ValueError(f"{unlisted}: add each to lab/cold_ci.py ORDER, in the order the runs were made")
     return [cold_run(directory / name) for name in ORDER]
 
 

@@ -1,10 +1,10 @@
 """NVIDIA's DRA kubelet plugin, pinned as hidden-gpu renders it, on a real GPU host (issue 41): the node of
-e2e/gpu_node_run.py (control plane, kubelet, containerd, runc, NVIDIA's runtime in CDI mode over the host's spec),
+lab/gpu_node_run.py (control plane, kubelet, containerd, runc, NVIDIA's runtime in CDI mode over the host's spec),
 `allocator: dra`, and NVIDIA's `gpu-kubelet-plugin` v0.4.1 from ../shared/bin in the rendered DaemonSet. Writes
 OUT/gpu-host-dra-plugin.json (docs/measurements/) and OUT/logs.tar.gz.
 
-    python -m e2e.gpu_dra_run prepare             # here: the node set (e2e.gpu_node_run prepare), render, the xz
-    python3 -m e2e.gpu_dra_run run --out "$OUT"   # on the GPU host, as root
+    python -m lab.gpu_dra_run prepare             # here: the node set (lab.gpu_node_run prepare), render, the xz
+    python3 -m lab.gpu_dra_run run --out "$OUT"   # on the GPU host, as root
 
 Three phases, each read from the API and from the plugin's own log (its enumeration lines):
 - exposed: the stack exposes the host's GPU; the slice lists exactly its UUID, and a claim of the stack's class runs
@@ -38,8 +38,11 @@ from typing import Any
 from common.names import DEFAULT_PLUGIN_NAMESPACE, DRA_PLUGIN_NAME, NVIDIA_DRA_DRIVER, PLUGIN_NAME_LABEL
 from e2e import images
 from e2e.controlplane import ControlPlane, naming
-from e2e.gpu_device import collect_logs, device_main, device_run
-from e2e.gpu_host import (
+from e2e.images import Image
+from e2e.node import Node
+from e2e.node_dra import claim_results, dra_devices, on_host_network, using_claim
+from lab.gpu_device import collect_logs, device_main, device_run
+from lab.gpu_host import (
     NODE,
     PLACEHOLDER,
     TENANT,
@@ -51,11 +54,8 @@ from e2e.gpu_host import (
     sh,
     unpack_nodeset,
 )
-from e2e.gpu_node_phases import Run
-from e2e.gpu_pack import GPU_CARRY, NODESET_FILE
-from e2e.images import Image
-from e2e.node import Node
-from e2e.node_dra import claim_results, dra_devices, on_host_network, using_claim
+from lab.gpu_node_phases import Run
+from lab.gpu_pack import GPU_CARRY, NODESET_FILE
 
 CARRY = GPU_CARRY.parent / "dra"
 PLUGIN_XZ = "nvidia-dra-gpu-kubelet-plugin-v0.4.1.xz"
@@ -89,7 +89,7 @@ def stack(exposed: bool) -> dict[str, Any]:
 
 
 def prepare(plugin_xz: Path) -> int:
-    from e2e import gpu_node_prepare  # noqa: PLC0415 (prepare needs Go and the render; `run` does not)
+    from lab import gpu_node_prepare  # noqa: PLC0415 (prepare needs Go and the render; `run` does not)
     from offline.render import render  # noqa: PLC0415
     from tests.support.stacks import write_stack  # noqa: PLC0415
 
@@ -275,7 +275,7 @@ def run(carry: Path, out: Path) -> int:
     began = time.monotonic()
     result: dict[str, Any] = {
         "what": "NVIDIA's DRA kubelet plugin pinned as hidden-gpu renders it, on a GPU host (issue 41)",
-        "command": "python3 -m e2e.gpu_dra_run run --out $OUT",
+        "command": "python3 -m lab.gpu_dra_run run --out $OUT",
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     with device_run(out, result, "hidden-gpu-gpu-dra-", DEADLINE_S) as held:

@@ -1,4 +1,4 @@
-"""What a GPU host run does on the host, whichever run it is (e2e/gpu_node_run.py, e2e/gpu_dra_run.py): the
+"""What a GPU host run does on the host, whichever run it is (lab/gpu_node_run.py, lab/gpu_dra_run.py): the
 carry unpacked, the host's facts and NVML libraries, the pod image, the CDI spec, the render with the host's UUID
 in the placeholder's place, the wheels installed."""
 
@@ -21,13 +21,13 @@ from typing import Any
 
 from e2e import images
 from e2e.build import LINKS
-from e2e.gpu_pack import NODESET_FILE
 from e2e.images import Image
+from lab.gpu_pack import NODESET_FILE
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PLUGIN_XZ = "nvidia-device-plugin-v0.20.0.xz"
-HOLD = "hidden-gpu-cuda-hold"  # e2e/cuda_hold.c, built by `prepare`
+HOLD = "hidden-gpu-cuda-hold"  # lab/cuda_hold.c, built by `prepare`
 WHEELS = "wheels"
 PLUGIN_SHA256 = "58737ebefd1b8fd755292b8b4816d6cff208f6267471c2ce08bd624ab78054d1"
 RENDER_FILE = "render.json"

@@ -1,5 +1,5 @@
-"""`python -m e2e.gpu_node_run prepare`, here: the GPU host's binaries built and packed, the stacks rendered, NVIDIA's
-plugin copied from ../shared/bin, the wheels and the CUDA holder, all into e2e/.gpu/node."""
+"""`python -m lab.gpu_node_run prepare`, here: the GPU host's binaries built and packed, the stacks rendered, NVIDIA's
+plugin copied from ../shared/bin, the wheels and the CUDA holder, all into lab/.gpu/node."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from common.names import PLUGIN_NAME, PLUGIN_NAME_LABEL
-from e2e.gpu_host import (
+from lab.gpu_host import (
     ELSEWHERE,
     HERE,
     HOLD,
@@ -25,7 +25,7 @@ from e2e.gpu_host import (
     WHEELS,
     stack,
 )
-from e2e.gpu_pack import GPU_CARRY
+from lab.gpu_pack import GPU_CARRY, pack_gpu_host
 
 # requirements-host.txt's packages the device machine lacks (../.library/device/KINDS.md lists its image's), at
 # constraints.txt's versions; protobuf too, which must not be older than host/podresources' generated code.
@@ -56,8 +56,10 @@ def prepare(plugin_xz: Path) -> int:
     from offline.render import render  # noqa: PLC0415 (needs pydantic; the GPU host has none)
     from tests.support.stacks import write_stack  # noqa: PLC0415
 
-    if (code := build.main(["--gpu-host"])) != 0:
+    code, built = build.build_groups(gpu_host=True)
+    if code != 0:
         return code
+    pack_gpu_host(built)
     rendered: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for variant, config in variants().items():
@@ -77,7 +79,7 @@ def prepare(plugin_xz: Path) -> int:
             rendered[variant] = sorted(objects, key=lambda o: o["kind"] != "Namespace")
     git = ["git", "-C", str(ROOT)]
     commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
-    changed = subprocess.run([*git, "status", "--porcelain", "--", "e2e", "offline", "components"],
+    changed = subprocess.run([*git, "status", "--porcelain", "--", "e2e", "lab", "offline", "components"],
                              capture_output=True, text=True, check=False).stdout.split("\n")  # fmt: skip
     source = {"commit": commit, "uncommitted": sorted(line[3:] for line in changed if line.strip())}
     (GPU_CARRY / RENDER_FILE).write_text(

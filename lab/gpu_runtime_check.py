@@ -2,7 +2,7 @@
 an unprivileged container see under the toolkit's permissive default and under the project's hardened
 settings? Standard library only: it runs on the GPU host, with binaries built here and carried there.
 
-    python3 e2e/gpu_runtime_check.py --bin DIR --out DIR    # DIR: runc, nvidia-ctk, nvidia-container-runtime,
+    python3 lab/gpu_runtime_check.py --bin DIR --out DIR    # DIR: runc, nvidia-ctk, nvidia-container-runtime,
                                                             # nvidia-cdi-hook (python -m e2e.build --gpu-host)
 
 For each GPU of the host (one or many, the same code): `nvidia-ctk cdi generate` writes the host's CDI

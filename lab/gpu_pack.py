@@ -1,5 +1,5 @@
 """The GPU host run's node set: the programs e2e.build made that the GPU host runs, packed into one xz stream
-small enough for the device machine's carry (e2e/gpu_node_run.py, e2e/gpu_dra_run.py unpack it there)."""
+small enough for the device machine's carry (lab/gpu_node_run.py, lab/gpu_dra_run.py unpack it there)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 GPU_CARRY = HERE / ".gpu" / "node"
-"""The GPU host run's carry (git-ignored; e2e/.gpu itself holds `make gpu-runtime-bin`'s): the node set packed,
-and what e2e/gpu_node_run.py adds."""
+"""The GPU host run's carry (git-ignored; lab/.gpu itself holds `make gpu-runtime-bin`'s): the node set packed,
+and what lab/gpu_node_run.py adds."""
 # The GPU host's programs, in the packed stream's order: like programs side by side, so that LZMA2's dictionary
 # finds what they share (the Go runtime, gRPC, protobuf) once.
 NODESET = (

@@ -1,6 +1,6 @@
 """What the guard costs every pod create, on a real kube-apiserver (issue 29, 5): a benchmark, not a test.
 
-    python -m e2e.admission_bench [--pods 400] [--rounds 3] [--workers 4] [--json-out FILE]
+    python -m lab.admission_bench [--pods 400] [--rounds 3] [--workers 4] [--json-out FILE]
 
 Starts the real tier's control plane (python -m e2e.build first), applies the prod stack's rendered guard and
 RuntimeClasses, and creates pods with and without the guard's bindings, in alternating rounds so drift on a
@@ -285,7 +285,7 @@ def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = argparse.ArgumentParser(prog="python -m e2e.admission_bench", description=__doc__.split("\n\n")[0])
+    arguments = argparse.ArgumentParser(prog="python -m lab.admission_bench", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--pods", type=int, default=400, help="ordinary pods per phase (the largest: a 40th)")
     arguments.add_argument("--rounds", type=int, default=3, help="rounds, each with and without the guard")
     arguments.add_argument("--workers", type=int, default=4, help="concurrent clients")
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parse_args(argv)
     server = f"kube-apiserver-{args.minor}" if args.minor else "kube-apiserver"
     if not (LINKS / server).exists():
-        print(f"e2e.admission_bench: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
+        print(f"lab.admission_bench: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
         return 2
     results = measure(args.pods, args.rounds, args.workers, args.minor)
     if args.json_out:

@@ -1,4 +1,4 @@
-"""The phases of e2e/gpu_node_run.py on the GPU host: the pinned plugin under each toolkit setting, the DRA
+"""The phases of lab/gpu_node_run.py on the GPU host: the pinned plugin under each toolkit setting, the DRA
 classes, host.audit beside pods holding the GPU, and a kubelet restart; each returns what it measured."""
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ import yaml
 
 from common.names import NVIDIA_DRA_DRIVER
 from e2e.controlplane import ControlPlane, poll
-from e2e.gpu_host import (
+from e2e.host_state import pod_pid
+from e2e.node import Node
+from e2e.node_dra import DRA_DRIVER, claim_results, dra_devices, grant_dra_driver, using_claim
+from e2e.node_gpus import HARDENED, Toolkit
+from lab.gpu_host import (
     GPU,
     NODE,
     PLACEHOLDER,
@@ -33,10 +37,6 @@ from e2e.gpu_host import (
     rendered,
     sh,
 )
-from e2e.host_state import pod_pid
-from e2e.node import Node
-from e2e.node_dra import DRA_DRIVER, claim_results, dra_devices, grant_dra_driver, using_claim
-from e2e.node_gpus import HARDENED, Toolkit
 
 REGISTRATION = "Got registration request from device plugin"
 # host.audit's phase: a pod the plugin gave the GPU, and one that asked for none and reached it all the same.

@@ -1,6 +1,6 @@
 """Prove the host tools on a real NVIDIA GPU host; prints what the README's host-tools section reports.
 
-    python3 -m e2e.gpu_host_check [--runs 15] [--json-out NEW_FILE]
+    python3 -m lab.gpu_host_check [--runs 15] [--json-out NEW_FILE]
 
 1. `host.discover --json` against `nvidia-smi --query-gpu=...`, field by field.
 2. Wall time (median of --runs) of `discover --json`, `nvidia-smi -L`, and a bare `python3 -c`
@@ -204,7 +204,7 @@ def fake_pod_proc(workdir: Path, pid: int) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = parser("python3 -m e2e.gpu_host_check", __doc__)
+    arguments = parser("python3 -m lab.gpu_host_check", __doc__)
     arguments.add_argument("--runs", type=int, default=15, help="timed runs per command (the median is kept)")
     arguments.add_argument("--json-out", type=Path, help="also write the report to this new file")
     args = arguments.parse_args(argv)

@@ -1,15 +1,15 @@
 """How far the guard is from the API server's CEL cost limit (issue 43, 3): a benchmark, not a test.
 
-    python -m e2e.admission_cost [--minor 1.36] [--json-out FILE]
+    python -m lab.admission_cost [--minor 1.36] [--json-out FILE]
 
-On the real kube-apiserver with prod's rendered guard (e2e.admission_compare's `guard` namespace), the largest pod
+On the real kube-apiserver with prod's rendered guard (lab.admission_compare's `guard` namespace), the largest pod
 the guard still judges, found by doubling then bisecting the number of containers, for two shapes of container
 (small: one GPU each, as the cheapest container the guard reads whole; padded: as tests/real/test_admission.py's
 largest pod, a kilobyte of env each) and two verdicts (admitted: every container passes, so the fast path alone
 runs; denied: only the last container fails, so the fast path and then every rule scan all of them, the most a
 pod can cost). A pod is past the limit when the API server answers with a CEL cost error (fail closed: the pod is
 denied) and past the request limit when it refuses the body (413). The margin of the 1,200-container pod is the
-largest judged over 1,200. The pod policy without its fast path (e2e.admission_compare's `per-rule`) is measured
+largest judged over 1,200. The pod policy without its fast path (lab.admission_compare's `per-rule`) is measured
 beside it.
 """
 
@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.admission_compare import compare_plane, pod_of, restricted_container
 from e2e.controlplane import ApiError, ControlPlane
+from lab.admission_compare import compare_plane, pod_of, restricted_container
 
 START, CEILING = 1200, 40_000
 SHAPES = {"small": 0, "padded": 1000}
-# The guard, and its pod policy without the fast path (e2e.admission_compare's per-rule copy): what it changed.
+# The guard, and its pod policy without the fast path (lab.admission_compare's per-rule copy): what it changed.
 CONFIGS = ("guard", "per-rule")
 
 
@@ -95,11 +95,11 @@ def measure(minor: str = "") -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = argparse.ArgumentParser(prog="python -m e2e.admission_cost", description=__doc__.split("\n\n")[0])
+    arguments = argparse.ArgumentParser(prog="python -m lab.admission_cost", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--minor", default="", help="another minor's API server (1.35, 1.36, 1.38), etcd beside it")
     arguments.add_argument("--json-out", type=Path, help="also write the results here")
     args = arguments.parse_args(argv)
-    results = {"command": "python -m e2e.admission_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
+    results = {"command": "python -m lab.admission_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
                **measure(args.minor)}  # fmt: skip
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1) + "\n")
