@@ -135,9 +135,9 @@ def volumes(
 
 # Said once the wait starts: what holds the socket, and what to do.
 WAITING = (
-    "another NVIDIA device plugin still serves this node: a hand-made DaemonSet without the node-affinity term "
-    f"'{NODE_LABEL} DoesNotExist' (docs/operations.md: Adopting a hand-made setup); if no other plugin pod runs "
-    "on this node, the file was left by a killed one: delete it"
+    "another NVIDIA device plugin still serves this node, as while a hand-made one stops; if it stays: a hand-made "
+    f"DaemonSet lacks the node-affinity term '{NODE_LABEL} DoesNotExist' (docs/operations.md: Adopting a hand-made "
+    "setup), or, with no other plugin pod on this node, a killed plugin left the file: delete it"
 )
 # POSIX sh (busybox's in NVIDIA's image from v0.18.0, deployments/container/Dockerfile:46-60 at v0.20.0), with no
 # `$(`, which the kubelet would read as a variable reference. A line at once, then every 30 s.

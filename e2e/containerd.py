@@ -89,7 +89,13 @@ def tier_images(bin_dir: Path) -> list[tuple[images.Image, dict[str, Path]]]:
     return [
         (images.PAUSE, {"pause": bin_dir / "pause"}),
         (images.PROBE, {"probe": bin_dir / "probe"}),
-        (images.PLUGIN, {"hidden-gpu-test-plugin": bin_dir / "hidden-gpu-test-plugin"}),
+        (
+            images.PLUGIN,
+            {
+                **images.host_programs("/bin/sh", "/bin/sleep"),
+                "hidden-gpu-test-plugin": bin_dir / "hidden-gpu-test-plugin",
+            },
+        ),
         (images.GFD, {"usr/bin/gpu-feature-discovery": bin_dir / "hidden-gpu-test-gfd"}),
         (images.DCGM_EXPORTER, {"hidden-gpu-test-dcgm-exporter": bin_dir / "hidden-gpu-test-dcgm-exporter"}),
         (images.DRA_PLUGIN, {"usr/bin/gpu-kubelet-plugin": bin_dir / "hidden-gpu-test-dra-plugin"}),

@@ -41,12 +41,16 @@ class Image:
 # asking for no GPU at all.
 PAUSE = Image("hidden-gpu.test/pause:1", ("/pause",))
 PROBE = Image("hidden-gpu.test/probe:1", ("/probe",), {"NVIDIA_VISIBLE_DEVICES": "all"})
+# The stand-ins that need a shell take this machine's (host_programs), from this PATH.
+HOST_PATH = "/usr/bin:/bin"
 # NVIDIA's plugin image sets the same variables (deployments/container/Dockerfile:62-64 of k8s-device-plugin
-# v0.20.0); the rendered DaemonSet's env overrides NVIDIA_VISIBLE_DEVICES.
+# v0.20.0); the rendered DaemonSet's env overrides NVIDIA_VISIBLE_DEVICES. It has a shell too, busybox's on PATH
+# (:46-60): the stand-in has this machine's sh and sleep, what the rendered wait for other plugins runs.
 PLUGIN = Image(
     "hidden-gpu.test/device-plugin-stand-in:1",
     ("/hidden-gpu-test-plugin",),
     {
+        "PATH": HOST_PATH,
         "NVIDIA_DISABLE_REQUIRE": "true",
         "NVIDIA_VISIBLE_DEVICES": "all",
         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
@@ -79,7 +83,6 @@ PATH_ENV = "/"
 # `nvidia-device-plugin` from PATH; its init container runs `sh -c` in the validator's image
 # (gpu-operator@d73a0086a6ba assets/state-device-plugin/0400_configmap.yaml, 0500_daemonset.yaml:27-31, 62-64). The
 # stand-ins: this machine's bash, cat and sh with their libraries, and the stand-in plugin under NVIDIA's name.
-HOST_PATH = "/usr/bin:/bin"
 OPERATOR_PLUGIN = Image(
     "hidden-gpu.test/operator-device-plugin-stand-in:1",
     ("/bin/bash",),

@@ -38,7 +38,9 @@ def marker_env(uuid: str, prefix: str = MARKER_ENV) -> str:
 
 
 def cdi_spec(uuids: list[str], marker_files: Path) -> dict[str, Any]:
-    """The synthetic CDI spec: one device per UUID and `all`, each injecting its GPUs' markers."""
+    """The synthetic CDI spec: one device per UUID, per index (the place in `uuids`, as NVML orders a host's GPUs)
+    and `all`, each injecting its GPUs' markers: the names `nvidia-ctk cdi generate` gives (the GPU host run's spec:
+    `0`, the UUID, `all`)."""
 
     def edits(of: list[str]) -> dict[str, Any]:
         return {
@@ -51,5 +53,6 @@ def cdi_spec(uuids: list[str], marker_files: Path) -> dict[str, Any]:
         }  # fmt: skip
 
     devices = [{"name": u, "containerEdits": edits([u])} for u in uuids]
+    devices += [{"name": str(index), "containerEdits": edits([u])} for index, u in enumerate(uuids)]
     devices.append({"name": "all", "containerEdits": edits(uuids)})
     return {"cdiVersion": "0.6.0", "kind": CDI_KIND, "devices": devices}

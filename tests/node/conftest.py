@@ -123,8 +123,11 @@ def rendered_objects(
         for key in [k for k in annotations if k.startswith("pulumi.com/")]:  # the provider's, not the object's
             del annotations[key]
         if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] in STAND_INS:
-            (container,) = obj["spec"]["template"]["spec"]["containers"]
-            container["image"], container["imagePullPolicy"] = STAND_INS[obj["metadata"]["name"]], "Never"
+            pod = obj["spec"]["template"]["spec"]
+            (container,) = pod["containers"]
+            # An init container in the plugin's own image (the wait for other plugins) runs the stand-in's.
+            for same in [c for c in pod.get("initContainers", []) if c["image"] == container["image"]] + [container]:
+                same["image"], same["imagePullPolicy"] = STAND_INS[obj["metadata"]["name"]], "Never"
         objects.append(obj)
     # Namespaces first, as Pulumi's dependency order has them.
     return sorted(objects, key=lambda o: o["kind"] != "Namespace")
