@@ -135,9 +135,9 @@ def volumes(
 
 # Said once the wait starts: what holds the socket, and what to do.
 WAITING = (
-    "another NVIDIA device plugin still serves this node, as while a hand-made one stops; if it stays: a hand-made "
-    f"DaemonSet lacks the node-affinity term '{NODE_LABEL} DoesNotExist' (docs/operations.md: Adopting a hand-made "
-    "setup), or, with no other plugin pod on this node, a killed plugin left the file: delete it"
+    "another NVIDIA device plugin still serves this node, as while the GPU Operator's or a hand-made one stops; if "
+    f"it stays: a hand-made DaemonSet lacks the node-affinity term '{NODE_LABEL} DoesNotExist' (docs/operations.md: "
+    "Adopting a hand-made setup), or, with no other plugin pod on this node, a killed plugin left the file: delete it"
 )
 # POSIX sh (busybox's in NVIDIA's image from v0.18.0, deployments/container/Dockerfile:46-60 at v0.20.0), with no
 # `$(`, which the kubelet would read as a variable reference. A line at once, then every 30 s.
@@ -154,10 +154,10 @@ done
 
 
 def wait_for_other_plugins(plugin: DevicePluginConfig) -> k8s.core.v1.ContainerArgs:
-    """Where the node's plugin replaces a hand-made one of several nodes, the two start and stop independently (the
-    hand-made pod goes when the node label reaches its DaemonSet controller): the pinned plugin must register only
-    after the other's server stopped, or the kubelet ends with no healthy GPU (docs/operations.md). The plugin's own
-    image, no GPU (`void`), the directory read-only."""
+    """The plugin it replaces (the GPU Operator's, a hand-made one) stops on its own controller's time, not ours: the
+    pinned plugin must register only after the other's server stopped. Two plugins of one socket leave the kubelet
+    with no healthy GPU (v1.36) or refusing every plugin of it until it restarts (v1.37; docs/operations.md). The
+    plugin's own image, no GPU (`void`), the directory read-only."""
     return k8s.core.v1.ContainerArgs(
         name=PLUGIN_WAIT_CONTAINER,
         image=plugin.image,
@@ -199,7 +199,7 @@ def plugin_spec(
         ),
         volume_mounts=mounts,
     )
-    waits = [wait_for_other_plugins(plugin)] if node.shared_plugin is not None else []
+    waits = [wait_for_other_plugins(plugin)]
     pod_spec = node_pod_spec(node.name, plugin, runtime_class, [container], volumes_, init_containers=waits)
     checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
     return k8s.apps.v1.DaemonSetSpecArgs(

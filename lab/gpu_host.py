@@ -175,15 +175,20 @@ def make_images(
     pod, pod_files = pod_image(bin_dir, work, spec_dir, hold)
     ld_conf = work / "ld.so.conf"
     library_path, nvml_needs = nvml(spec_dir)
+    # The rendered plugin's wait runs sh and sleep from the plugin's image (NVIDIA's has busybox's: Dockerfile:46-60).
+    shell = {"bin/sh": Path(shutil.which("dash") or "/bin/sh").resolve(), "bin/sleep": Path("/bin/sleep").resolve()}
+    shell |= libraries(*shell.values())
     if rehearse:
-        plugin_image, plugin_files = images.PLUGIN, {"hidden-gpu-test-plugin": bin_dir / "hidden-gpu-test-plugin"}
+        plugin_image = images.PLUGIN
+        plugin_files = {"hidden-gpu-test-plugin": bin_dir / "hidden-gpu-test-plugin", **shell}
     else:
         binary = bin_dir / "nvidia-device-plugin"
         # NVIDIA's image's variables (deployments/container/Dockerfile:62-64 of k8s-device-plugin v0.20.0).
-        plugin_env = {"NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_VISIBLE_DEVICES": "all",
+        plugin_env = {"PATH": "/bin", "NVIDIA_DISABLE_REQUIRE": "true", "NVIDIA_VISIBLE_DEVICES": "all",
                       "NVIDIA_DRIVER_CAPABILITIES": "compute,utility", "LD_LIBRARY_PATH": library_path}  # fmt: skip
         plugin_image = Image("hidden-gpu.test/nvidia-device-plugin:v0.20.0", ("/nvidia-device-plugin",), plugin_env)
         plugin_files = {"nvidia-device-plugin": binary, "etc/ld.so.conf": ld_conf, **libraries(binary), **nvml_needs}
+        plugin_files |= shell
     return [(images.PAUSE, {"pause": bin_dir / "pause"}), (pod, pod_files), (plugin_image, plugin_files)]
 
 
@@ -208,8 +213,11 @@ def rendered(carry: Path, variant: str, uuid: str, plugin_image: str) -> list[di
     objects: list[dict[str, Any]] = json.loads(json.dumps(data["objects"][variant]).replace(body, real))
     for obj in objects:
         if obj["kind"] == "DaemonSet":
-            (container,) = obj["spec"]["template"]["spec"]["containers"]
-            container["image"], container["imagePullPolicy"] = plugin_image, "Never"
+            pod = obj["spec"]["template"]["spec"]
+            (container,) = pod["containers"]
+            # The plugin's wait runs in the plugin's image too.
+            for same in [c for c in pod.get("initContainers", []) if c["image"] == container["image"]] + [container]:
+                same["image"], same["imagePullPolicy"] = plugin_image, "Never"
     return objects
 
 
