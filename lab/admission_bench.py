@@ -284,6 +284,14 @@ def summarise(phases: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+def built(prog: str, minor: str) -> bool:
+    """Whether the minor's API server (or the k8s group's) is linked; says how to get it where not."""
+    server = f"kube-apiserver-{minor}" if minor else "kube-apiserver"
+    if not (LINKS / server).exists():
+        print(f"{prog}: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
+    return (LINKS / server).exists()
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = argparse.ArgumentParser(prog="python -m lab.admission_bench", description=__doc__.split("\n\n")[0])
     arguments.add_argument("--pods", type=int, default=400, help="ordinary pods per phase (the largest: a 40th)")
@@ -292,14 +300,16 @@ def main(argv: list[str] | None = None) -> int:
     arguments.add_argument("--json-out", type=Path, help="also write the full results here")
     arguments.add_argument("--minor", default="", help="another minor's API server (1.35, 1.36, 1.38), etcd beside it")
     args = arguments.parse_args(argv)
-    server = f"kube-apiserver-{args.minor}" if args.minor else "kube-apiserver"
-    if not (LINKS / server).exists():
-        print(f"lab.admission_bench: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
+    if not built("lab.admission_bench", args.minor):
         return 2
-    results = measure(args.pods, args.rounds, args.workers, args.minor)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results["summary"], indent=2))
+    return said(measure(args.pods, args.rounds, args.workers, args.minor), args.json_out, indent=2)
+
+
+def said(results: dict[str, Any], json_out: Path | None, *, indent: int) -> int:
+    """The summary printed, the whole record written where asked."""
+    if json_out:
+        json_out.write_text(json.dumps(results, indent=indent) + "\n")
+    print(json.dumps(results["summary"], indent=indent))
     return 0
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import statistics
 import sys
@@ -43,9 +42,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from common.names import POLICY_NAME
 from desired.pod_checks import FAST_PATH
-from e2e.build import LINKS
 from e2e.controlplane import ControlPlane
-from lab.admission_bench import bench_plane, create_many, denied, rendered_guard
+from lab.admission_bench import bench_plane, built, create_many, denied, rendered_guard, said
 
 SIZES = (1, 4, 16, 64, 256)
 PSA_LABEL = "pod-security.kubernetes.io/enforce"
@@ -345,16 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     arguments.add_argument("--minor", default="", help="another minor's API server (1.35, 1.36, 1.38), etcd beside it")
     arguments.add_argument("--json-out", type=Path, help="also write the full results here")
     args = arguments.parse_args(argv)
-    server = f"kube-apiserver-{args.minor}" if args.minor else "kube-apiserver"
-    if not (LINKS / server).exists():
-        print(f"lab.admission_compare: no {server} in {LINKS}: run python -m e2e.build first", file=sys.stderr)
+    if not built("lab.admission_compare", args.minor):
         return 2
     results = measure(args.creates, args.rounds, args.workers, args.minor)
     results["command"] = "python -m lab.admission_compare " + " ".join(argv if argv is not None else sys.argv[1:])
-    if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=1) + "\n")
-    print(json.dumps(results["summary"], indent=1))
-    return 0
+    return said(results, args.json_out, indent=1)
 
 
 if __name__ == "__main__":
