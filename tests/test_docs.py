@@ -7,6 +7,7 @@ import importlib
 import io
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,11 @@ def test_the_cold_ci_table_is_the_records() -> None:
     from lab.cold_ci import runs, table  # noqa: PLC0415 (the lab's module, only for this test)
 
     assert table(runs()) in (ROOT / "docs/performance.md").read_text()
+
+
+def test_the_readme_maps_every_top_level_folder() -> None:
+    """issue 39: the README's "Where things are" names every folder git tracks at the top."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    folders = {name.split("/", 1)[0] for name in tracked.splitlines() if "/" in name and not name.startswith(".")}
+    table = (ROOT / "README.md").read_text().split("## Where things are", 1)[1].split("\n\n", 2)[1]
+    assert {f for f in folders if f"`{f}/`" not in table} == set()
