@@ -133,6 +133,13 @@ def volumes(
     return volumes, mounts
 
 
+def resources(plugin: DevicePluginConfig) -> k8s.core.v1.ResourceRequirementsArgs:
+    """The plugin settings' requests and limits, for each container of the plugin's pod."""
+    return k8s.core.v1.ResourceRequirementsArgs(
+        requests=plugin.resources.requests.model_dump(), limits=plugin.resources.limits.model_dump()
+    )
+
+
 # Said once the wait starts: what holds the socket, and what to do.
 WAITING = (
     "another NVIDIA device plugin still serves this node, as while the GPU Operator's or a hand-made one stops; if "
@@ -165,9 +172,7 @@ def wait_for_other_plugins(plugin: DevicePluginConfig) -> k8s.core.v1.ContainerA
         command=["/bin/sh", "-c", WAIT_SCRIPT],
         env=[k8s.core.v1.EnvVarArgs(name=VISIBLE_DEVICES_ENV, value=NO_GPU_VALUES[0])],
         security_context=unprivileged(),
-        resources=k8s.core.v1.ResourceRequirementsArgs(
-            requests=plugin.resources.requests.model_dump(), limits=plugin.resources.limits.model_dump()
-        ),
+        resources=resources(plugin),
         volume_mounts=[
             k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS, read_only=True)
         ],
@@ -194,9 +199,7 @@ def plugin_spec(
         image_pull_policy="IfNotPresent",
         env=env(node, plugin, config),
         security_context=security_context(node),
-        resources=k8s.core.v1.ResourceRequirementsArgs(
-            requests=plugin.resources.requests.model_dump(), limits=plugin.resources.limits.model_dump()
-        ),
+        resources=resources(plugin),
         volume_mounts=mounts,
     )
     waits = [wait_for_other_plugins(plugin)]

@@ -91,6 +91,15 @@ OPERATOR_PLUGIN = Image(
 OPERATOR_VALIDATOR = Image("hidden-gpu.test/operator-validator-stand-in:1", ("/bin/sh",), {"PATH": HOST_PATH})
 
 
+def substitute(daemon_set: dict[str, Any], image: str) -> None:
+    """A rendered DaemonSet's one container runs `image`, imported locally (pull policy Never), and so does an init
+    container in the same image (the plugin's wait for other plugins): NVIDIA's images cannot be had here."""
+    pod = daemon_set["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    for same in [c for c in pod.get("initContainers", []) if c["image"] == container["image"]] + [container]:
+        same["image"], same["imagePullPolicy"] = image, "Never"
+
+
 def host_programs(*programs: str) -> dict[str, Path]:
     """This machine's programs at their own paths, with the shared libraries `ldd` names for them (and the dynamic
     loader), each at the path it names: enough for a program of the C library alone."""

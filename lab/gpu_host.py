@@ -213,11 +213,7 @@ def rendered(carry: Path, variant: str, uuid: str, plugin_image: str) -> list[di
     objects: list[dict[str, Any]] = json.loads(json.dumps(data["objects"][variant]).replace(body, real))
     for obj in objects:
         if obj["kind"] == "DaemonSet":
-            pod = obj["spec"]["template"]["spec"]
-            (container,) = pod["containers"]
-            # The plugin's wait runs in the plugin's image too.
-            for same in [c for c in pod.get("initContainers", []) if c["image"] == container["image"]] + [container]:
-                same["image"], same["imagePullPolicy"] = plugin_image, "Never"
+            images.substitute(obj, plugin_image)
     return objects
 
 

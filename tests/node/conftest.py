@@ -30,6 +30,7 @@ from common.names import (
     dra_plugin_name,
     pinned_operand_name,
 )
+from e2e import images
 from e2e.controlplane import ApiError, ControlPlane
 from e2e.host_state import pod_pid
 from e2e.images import DCGM_EXPORTER, DRA_PLUGIN, GFD, PLUGIN, PROBE
@@ -123,19 +124,10 @@ def rendered_objects(
         for key in [k for k in annotations if k.startswith("pulumi.com/")]:  # the provider's, not the object's
             del annotations[key]
         if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] in STAND_INS:
-            stand_in(obj, STAND_INS[obj["metadata"]["name"]])
+            images.substitute(obj, STAND_INS[obj["metadata"]["name"]])
         objects.append(obj)
     # Namespaces first, as Pulumi's dependency order has them.
     return sorted(objects, key=lambda o: o["kind"] != "Namespace")
-
-
-def stand_in(daemon_set: dict[str, Any], image: str) -> None:
-    """The DaemonSet's one container runs the stand-in's image, imported locally (pull policy Never), and so does an
-    init container in the same image (the plugin's wait for other plugins)."""
-    pod = daemon_set["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    for same in [c for c in pod.get("initContainers", []) if c["image"] == container["image"]] + [container]:
-        same["image"], same["imagePullPolicy"] = image, "Never"
 
 
 # THE image substitution, by DaemonSet (the pinned DRA plugin's network: tests/node/test_dra_claim.py).

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cluster.adoption import leftover_fields
+from e2e import images
 from e2e.controlplane import ControlPlane
 from e2e.images import PLUGIN
 from e2e.node import Node
@@ -30,7 +31,6 @@ from tests.node.conftest import (
     eventually,
     rendered_objects,
     stack,
-    stand_in,
 )
 from tests.support.stacks import EXPOSED
 
@@ -133,7 +133,7 @@ def test_up_takes_the_hand_made_plugin_over_without_a_second_plugin(
     assert (plugin["metadata"]["namespace"], plugin["metadata"]["name"]) == (HAND_NAMESPACE, HAND_NAME)
     (container,) = plugin["spec"]["template"]["spec"]["containers"]
     assert container["name"] == HAND_CONTAINER
-    stand_in(plugin, PLUGIN.name)  # conftest's one substitution
+    images.substitute(plugin, PLUGIN.name)  # conftest's one substitution
 
     def converged() -> bool:
         live = hand_daemonset(node_plane)
