@@ -334,7 +334,7 @@ def dra_quota_key(device_class: str) -> str:
     return f"{device_class}{DRA_QUOTA_SUFFIX}"
 
 
-# NVIDIA's DRA kubelet plugin as hidden-gpu pins it to a DRA node (components/dra_plugin.py; dra-driver-nvidia-gpu
+# NVIDIA's DRA kubelet plugin as hidden-gpu pins it to a DRA node (desired/dra_plugin.py; dra-driver-nvidia-gpu
 # v0.4.1: its chart's image, values.yaml:60, health port, :287; its command; the gates pinned off,
 # pkg/featuregates/featuregates.go:87-151, all alpha and off by default there).
 DEFAULT_DRA_PLUGIN_IMAGE = "registry.k8s.io/dra-driver-nvidia/dra-driver-nvidia-gpu:v0.4.1"

@@ -7,7 +7,8 @@ import pulumi_kubernetes as k8s
 
 from common.names import NVIDIA_RUNTIME_HANDLER, PART_OF, PART_OF_LABEL, POOL_LABEL, pool_class_name
 from common.tokens import Token
-from components.node_pods import runtime_scheduling
+from components.inputs import as_args
+from desired.pods import runtime_scheduling
 
 
 class GpuPoolArgs(TypedDict):
@@ -32,7 +33,7 @@ class GpuPool(pulumi.ComponentResource):
                 name=pool_class_name(args["pool"]), labels={PART_OF_LABEL: PART_OF, POOL_LABEL: args["pool"]}
             ),
             handler=NVIDIA_RUNTIME_HANDLER,
-            scheduling=runtime_scheduling(POOL_LABEL, args["pool"]),
+            scheduling=as_args(runtime_scheduling(POOL_LABEL, args["pool"])),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"runtimeClass": pool_class_name(args["pool"])})

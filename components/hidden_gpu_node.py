@@ -17,23 +17,19 @@ from common.names import (
     NVIDIA_RUNTIME_HANDLER,
     OPERANDS_OFF_ANNOTATION,
     PATCH_FORCE_ANNOTATION,
-    PLUGIN_CONFIG_KEY,
     Allocator,
     MigStrategy,
-    plugin_config_name,
     plugin_labels,
     runtime_class_name,
 )
 from common.tokens import Token
-from components.device_plugin_spec import plugin_config, plugin_metadata, plugin_name, plugin_namespace_of, plugin_spec
 from components.dra_plugin import DraPluginObjects
-from components.inputs import derive, is_plain, validated_input
-from components.node_pods import (
-    runtime_scheduling,
-)
+from components.inputs import as_args, derive, is_plain, validated_input
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
+from desired.device_plugin import config_data, config_map_metadata, plugin_metadata, plugin_name, plugin_spec
 from desired.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
+from desired.pods import runtime_scheduling
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
 from stack_config.models import DraConfig
 from stack_config.node_config import AdoptedPluginConfig, NodeConfig, OperandsConfig
@@ -342,7 +338,7 @@ def _runtime_class(
         # Pods that pick this class land on this node: the nvidia runtime is only offered
         # where a pinned plugin decides which GPUs a pod gets. By our own label: the
         # kubernetes.io/hostname label need not equal the node's name.
-        scheduling=derive(node, lambda n: runtime_scheduling(NODE_LABEL, n.name)),
+        scheduling=as_args(derive(node, lambda n: runtime_scheduling(NODE_LABEL, n.name))),
         opts=opts,
     )
 
@@ -352,13 +348,11 @@ def _config_map(
 ) -> k8s.core.v1.ConfigMap:
     return k8s.core.v1.ConfigMap(
         f"{prefix}-plugin-config",
-        metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=derive(identity.name, plugin_config_name),
-            namespace=plugin_namespace_of(identity.adopt, plugin_namespace),
-            labels=derive(identity.name, plugin_labels),
+        metadata=as_args(
+            derive(identity.name, lambda name: config_map_metadata(name, identity.adopt, plugin_namespace))
         ),
         # Declared only for a time-sliced node, which has a config.
-        data=derive(node, lambda n: {PLUGIN_CONFIG_KEY: typing.cast(str, plugin_config(n))}),
+        data=derive(node, config_data),
         opts=opts,
     )
 
@@ -375,7 +369,9 @@ def _device_plugin(
 ) -> k8s.apps.v1.DaemonSet:
     return k8s.apps.v1.DaemonSet(
         f"{prefix}-device-plugin",
-        metadata=plugin_metadata(identity.name, identity.adopt, plugin, plugin_namespace),
-        spec=derive(node, lambda n: plugin_spec(n, plugin, runtime_class)),
+        metadata=as_args(
+            derive(identity.name, lambda name: plugin_metadata(name, identity.adopt, plugin, plugin_namespace))
+        ),
+        spec=as_args(derive(node, lambda n: plugin_spec(n, plugin, runtime_class))),
         opts=opts,
     )

@@ -205,7 +205,7 @@ def _toolkit_problems(stack: StackConfig) -> Iterator[tuple[Loc, Any, str]]:
     cdi-cri needs to know where the driver is."""
     plugin = stack.device_plugin
     cdi = plugin.device_list_strategy == DeviceListStrategy.CDI_CRI
-    # The pinned DRA kubelet plugin reads NVML and nvidia-smi under the driver root too (components/dra_plugin.py).
+    # The pinned DRA kubelet plugin reads NVML and nvidia-smi under the driver root too (desired/dra_plugin.py).
     dra = any(n.allocator == Allocator.DRA for n in stack.nodes)
     for key, field, means in (
         ("nvidiaDriverRoot", "nvidia_driver_root", "deviceListStrategy cdi-cri or a node with allocator: dra"),

@@ -17,7 +17,7 @@ import pytest
 from cluster.adoption import LEAVES, check_adoption, terms_staying
 from cluster.live import Live
 from common.names import DEFAULT_PLUGIN_NAMESPACE, KUBELET_DEVICE_PLUGINS, NODE_LABEL, PLUGIN_WAIT_CONTAINER
-from components.device_plugin_spec import WAIT_SCRIPT
+from desired.device_plugin import WAIT_SCRIPT
 from offline.program import run_program
 from policy.rules import RESOURCE_VALIDATORS, plugin_devices_are_uuids
 from stack_config import InvalidConfigError, parse_project_config

@@ -1,12 +1,10 @@
-"""The pinned device plugin's DaemonSet spec, from a validated node and the stack's plugin settings: plain
-Kubernetes arguments, no resource (HiddenGpuNode declares the DaemonSet and its ConfigMap from these)."""
+"""The pinned device plugin of one node as plain Kubernetes objects: its DaemonSet and, where the node time-slices, its
+ConfigMap (HiddenGpuNode declares them; cluster.verify compares the live ones with them)."""
 
 from __future__ import annotations
 
 import hashlib
 
-import pulumi
-import pulumi_kubernetes as k8s
 import yaml
 
 from common.names import (
@@ -21,6 +19,7 @@ from common.names import (
     NODE_LABEL,
     PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_FILE,
+    PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
     PLUGIN_SOCKET_GLOB,
     PLUGIN_WAIT_CONTAINER,
@@ -28,10 +27,22 @@ from common.names import (
     DeviceListStrategy,
     MigStrategy,
     device_plugin_name,
+    plugin_config_name,
     plugin_labels,
 )
-from components.inputs import derive
-from components.node_pods import device_requests, node_pod_spec, plugin_config_volume, scan_exceptions, unprivileged
+from desired.pods import (
+    Object,
+    daemon_set_spec,
+    device_requests,
+    env_vars,
+    fields,
+    host_path,
+    mount,
+    node_pod_spec,
+    plugin_config_volume,
+    scan_exceptions,
+    unprivileged,
+)
 from stack_config.node_config import AdoptedPluginConfig, NodeConfig
 from stack_config.plugin_config import DevicePluginConfig
 
@@ -66,7 +77,7 @@ def plugin_config(node: NodeConfig) -> str | None:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> list[k8s.core.v1.EnvVarArgs]:
+def env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> list[Object]:
     env = {
         # Also overrides the image's own `ENV NVIDIA_VISIBLE_DEVICES=all`.
         VISIBLE_DEVICES_ENV: ",".join(node.exposed_gpus),
@@ -85,59 +96,40 @@ def env(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> lis
         env["CONTAINER_DRIVER_ROOT"] = CONTAINER_DRIVER_ROOT
         if plugin.nvidia_cdi_hook_path is not None:
             env["NVIDIA_CDI_HOOK_PATH"] = plugin.nvidia_cdi_hook_path
-    return [k8s.core.v1.EnvVarArgs(name=name, value=value) for name, value in env.items()]
+    return env_vars(env)
 
 
-def security_context(node: NodeConfig) -> k8s.core.v1.SecurityContextArgs:
-    # MIG is the one exception to "no capabilities": the toolkit mounts the MIG monitor
-    # capability that NVIDIA_MIG_MONITOR_DEVICES asks for only into a container with SYS_ADMIN,
-    # which it then treats as privileged: the variable is honoured whatever the toolkit's
-    # unprivileged settings say. The plugin still sees only the GPUs it names (and every MIG
-    # device of those GPUs, hence the config's split rule); tenants' SYS_ADMIN stays denied by
-    # the access guard, which exempts only the plugin's namespace.
-    return unprivileged(["SYS_ADMIN"] if node.mig_strategy != MigStrategy.NONE else None)
+def added_capabilities(node: NodeConfig) -> list[str]:
+    """MIG is the one exception to "no capabilities": the toolkit mounts the MIG monitor capability that
+    NVIDIA_MIG_MONITOR_DEVICES asks for only into a container with SYS_ADMIN, which it then treats as privileged: the
+    variable is honoured whatever the toolkit's unprivileged settings say. The plugin still sees only the GPUs it names
+    (and every MIG device of those GPUs, hence the config's split rule); tenants' SYS_ADMIN stays denied by the access
+    guard, which exempts only the plugin's namespace."""
+    return ["SYS_ADMIN"] if node.mig_strategy != MigStrategy.NONE else []
 
 
-def volumes(
-    node: NodeConfig, plugin: DevicePluginConfig, config: str | None
-) -> tuple[list[k8s.core.v1.VolumeArgs], list[k8s.core.v1.VolumeMountArgs]]:
-    volumes = [
-        k8s.core.v1.VolumeArgs(
-            name="device-plugin",
-            host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=KUBELET_DEVICE_PLUGINS, type="Directory"),
-        )
-    ]
-    mounts = [k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS)]
+def volumes(node: NodeConfig, plugin: DevicePluginConfig, config: str | None) -> tuple[list[Object], list[Object]]:
+    volumes = [host_path("device-plugin", KUBELET_DEVICE_PLUGINS, "Directory")]
+    mounts = [mount("device-plugin", KUBELET_DEVICE_PLUGINS)]
     if config is not None:
-        volume, mount = plugin_config_volume(node.name)
+        volume, config_mount = plugin_config_volume(node.name)
         volumes.append(volume)
-        mounts.append(mount)
+        mounts.append(config_mount)
     requests, request_mounts = device_requests(node, plugin)
     volumes += requests
     mounts += request_mounts
     if plugin.device_list_strategy == DeviceListStrategy.CDI_CRI:
         volumes += [
-            k8s.core.v1.VolumeArgs(
-                name="driver-root",
-                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=plugin.nvidia_driver_root, type="Directory"),
-            ),
-            k8s.core.v1.VolumeArgs(
-                name="cdi-root",
-                host_path=k8s.core.v1.HostPathVolumeSourceArgs(path=CDI_SPEC_DIR, type="DirectoryOrCreate"),
-            ),
+            host_path("driver-root", plugin.nvidia_driver_root, "Directory"),
+            host_path("cdi-root", CDI_SPEC_DIR, "DirectoryOrCreate"),
         ]
-        mounts += [
-            k8s.core.v1.VolumeMountArgs(name="driver-root", mount_path=CONTAINER_DRIVER_ROOT, read_only=True),
-            k8s.core.v1.VolumeMountArgs(name="cdi-root", mount_path=CDI_SPEC_DIR),
-        ]
+        mounts += [mount("driver-root", CONTAINER_DRIVER_ROOT, read_only=True), mount("cdi-root", CDI_SPEC_DIR)]
     return volumes, mounts
 
 
-def resources(plugin: DevicePluginConfig) -> k8s.core.v1.ResourceRequirementsArgs:
+def resources(plugin: DevicePluginConfig) -> Object:
     """The plugin settings' requests and limits, for each container of the plugin's pod."""
-    return k8s.core.v1.ResourceRequirementsArgs(
-        requests=plugin.resources.requests.model_dump(), limits=plugin.resources.limits.model_dump()
-    )
+    return {"limits": plugin.resources.limits.model_dump(), "requests": plugin.resources.requests.model_dump()}
 
 
 # Said once the wait starts: what holds the socket, and what to do.
@@ -160,28 +152,25 @@ done
 """
 
 
-def wait_for_other_plugins(plugin: DevicePluginConfig) -> k8s.core.v1.ContainerArgs:
+def wait_for_other_plugins(plugin: DevicePluginConfig) -> Object:
     """The plugin it replaces (the GPU Operator's, a hand-made one) stops on its own controller's time, not ours: the
     pinned plugin must register only after the other's server stopped. Two plugins of one socket leave the kubelet
     with no healthy GPU (v1.36) or refusing every plugin of it until it restarts (v1.37; docs/operations.md). The
     plugin's own image, no GPU (`void`), the directory read-only."""
-    return k8s.core.v1.ContainerArgs(
-        name=PLUGIN_WAIT_CONTAINER,
-        image=plugin.image,
-        image_pull_policy="IfNotPresent",
-        command=["/bin/sh", "-c", WAIT_SCRIPT],
-        env=[k8s.core.v1.EnvVarArgs(name=VISIBLE_DEVICES_ENV, value=NO_GPU_VALUES[0])],
-        security_context=unprivileged(),
-        resources=resources(plugin),
-        volume_mounts=[
-            k8s.core.v1.VolumeMountArgs(name="device-plugin", mount_path=KUBELET_DEVICE_PLUGINS, read_only=True)
-        ],
-    )
+    return {
+        "name": PLUGIN_WAIT_CONTAINER,
+        "image": plugin.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", WAIT_SCRIPT],
+        "env": env_vars({VISIBLE_DEVICES_ENV: NO_GPU_VALUES[0]}),
+        "securityContext": unprivileged(),
+        "resources": resources(plugin),
+        "volumeMounts": [mount("device-plugin", KUBELET_DEVICE_PLUGINS, read_only=True)],
+    }
 
 
-def plugin_spec(
-    node: NodeConfig, plugin: DevicePluginConfig, runtime_class: pulumi.Input[str]
-) -> k8s.apps.v1.DaemonSetSpecArgs:
+def plugin_spec(node: NodeConfig, plugin: DevicePluginConfig, runtime_class: object) -> Object:
+    """The DaemonSet's spec; `runtime_class` placed as given (a component's Output, or the name)."""
     labels = plugin_labels(node.name)
     selector, pod_labels = labels, labels
     adopt = node.taken_over_plugin
@@ -193,34 +182,27 @@ def plugin_spec(
         pod_labels = {**selector, **labels}
     config = plugin_config(node)
     volumes_, mounts = volumes(node, plugin, config)
-    container = k8s.core.v1.ContainerArgs(
-        name=PLUGIN_NAME if adopt is None or adopt.container is None else adopt.container,
-        image=plugin.image,
-        image_pull_policy="IfNotPresent",
-        env=env(node, plugin, config),
-        security_context=security_context(node),
-        resources=resources(plugin),
-        volume_mounts=mounts,
-    )
+    container = {
+        "name": PLUGIN_NAME if adopt is None or adopt.container is None else adopt.container,
+        "image": plugin.image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": env(node, plugin, config),
+        "securityContext": unprivileged(added_capabilities(node) or None),
+        "resources": resources(plugin),
+        "volumeMounts": mounts,
+    }
     waits = [wait_for_other_plugins(plugin)]
     pod_spec = node_pod_spec(node.name, plugin, runtime_class, [container], volumes_, init_containers=waits)
     checksum = {CONFIG_CHECKSUM_ANNOTATION: hashlib.sha256(config.encode()).hexdigest()} if config else None
-    return k8s.apps.v1.DaemonSetSpecArgs(
-        selector=k8s.meta.v1.LabelSelectorArgs(match_labels=selector),
-        # One plugin pod at a time, stated rather than left to the default (which a hand-made DaemonSet may
-        # have changed): a surge pod would register the same resource while the old one runs, and the kubelet
-        # then disconnects the newer one when the older one's stream ends (every GPU unhealthy).
-        update_strategy=k8s.apps.v1.DaemonSetUpdateStrategyArgs(
-            type="RollingUpdate",
-            rolling_update=k8s.apps.v1.RollingUpdateDaemonSetArgs(max_surge=0, max_unavailable=1),
-        ),
-        template=k8s.core.v1.PodTemplateSpecArgs(
-            metadata=k8s.meta.v1.ObjectMetaArgs(labels=pod_labels, annotations=checksum), spec=pod_spec
-        ),
-    )
+    spec = daemon_set_spec(pod_labels, pod_spec, annotations=checksum)
+    # One plugin pod at a time, stated rather than left to the default (which a hand-made DaemonSet may have
+    # changed): a surge pod would register the same resource while the old one runs, and the kubelet then disconnects
+    # the newer one when the older one's stream ends (every GPU unhealthy).
+    rolling = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    return {**spec, "selector": {"matchLabels": selector}, "updateStrategy": rolling}
 
 
-def plugin_namespace_of(adopt: AdoptedPluginConfig | None, plugin_namespace: pulumi.Input[str]) -> pulumi.Input[str]:
+def plugin_namespace_of(adopt: AdoptedPluginConfig | None, plugin_namespace: object) -> object:
     """An adopted plugin stays where it was made (a DaemonSet cannot move), its config beside it."""
     return plugin_namespace if adopt is None else adopt.namespace
 
@@ -230,11 +212,9 @@ def plugin_name(name: str, adopt: AdoptedPluginConfig | None) -> str:
 
 
 def plugin_metadata(
-    name: str | pulumi.Output[str],
-    adopt: AdoptedPluginConfig | None,
-    plugin: DevicePluginConfig,
-    plugin_namespace: pulumi.Input[str],
-) -> k8s.meta.v1.ObjectMetaArgs:
+    name: str, adopt: AdoptedPluginConfig | None, plugin: DevicePluginConfig, plugin_namespace: object
+) -> Object:
+    """The DaemonSet's metadata: `plugin_namespace` placed as given, unless the plugin is adopted."""
     annotations = scan_exceptions(SCAN_EXCEPTIONS, plugin.image, "devicePlugin.image")
     if adopt is not None:
         # Taking over a hand-made DaemonSet: a forced server-side apply under hidden-gpu's field manager, not
@@ -243,9 +223,41 @@ def plugin_metadata(
         # hand-made manager; an import would need each object's ID in the program and a first `up` that changes
         # nothing. Fields only the hand-made manager set and this does not declare stay: cluster.verify names them.
         annotations = {**annotations, PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
-    return k8s.meta.v1.ObjectMetaArgs(
-        name=derive(name, lambda known: plugin_name(known, adopt)),
-        namespace=plugin_namespace_of(adopt, plugin_namespace),
-        labels=derive(name, plugin_labels),
-        annotations=annotations,
-    )
+    return {
+        "name": plugin_name(name, adopt),
+        "namespace": plugin_namespace_of(adopt, plugin_namespace),
+        "labels": plugin_labels(name),
+        "annotations": annotations,
+    }
+
+
+def config_map_metadata(name: str, adopt: AdoptedPluginConfig | None, plugin_namespace: object) -> Object:
+    """The plugin's ConfigMap beside its DaemonSet."""
+    namespace = plugin_namespace_of(adopt, plugin_namespace)
+    return {"name": plugin_config_name(name), "namespace": namespace, "labels": plugin_labels(name)}
+
+
+def config_data(node: NodeConfig) -> dict[str, str]:
+    """The ConfigMap's data, for a time-sliced node (the only one that has a config)."""
+    config = plugin_config(node)
+    return {} if config is None else {PLUGIN_CONFIG_KEY: config}
+
+
+def plugin_objects(node: NodeConfig, plugin: DevicePluginConfig) -> list[Object]:
+    """What the stack declares for the node's plugin, whole, in the stack's own namespace and RuntimeClass: what
+    cluster.verify compares the live objects with. None where the node runs no plugin."""
+    if not node.runs_plugin:
+        return []
+    adopt = node.taken_over_plugin
+    objects: list[Object] = [
+        fields(
+            apiVersion="apps/v1",
+            kind="DaemonSet",
+            metadata=plugin_metadata(node.name, adopt, plugin, plugin.namespace),
+            spec=plugin_spec(node, plugin, node.class_name),
+        )
+    ]
+    if node.time_slicing is not None:
+        metadata = config_map_metadata(node.name, adopt, plugin.namespace)
+        objects.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": config_data(node)})
+    return objects
