@@ -3,7 +3,8 @@
     python -m cluster.verify --stack prod [--context C] [--kubeconfig K] [--json] [--deadline 120]
 
 One LIST per kind for the whole stack (nodes, the pinned plugins and operands, the operator's plugins, GFD and
-dcgm-exporter, stack records, RuntimeClasses, the guard's policies and bindings, quotas), whatever its size. Per
+dcgm-exporter, stack records, RuntimeClasses, the guard's policies and bindings, quotas, hidden-gpu's DaemonSets,
+ConfigMaps, ServiceAccounts, ClusterRoles and bindings, NetworkPolicies), whatever its size. Per
 node: capacity and allocatable equal what the stack advertises, the operator switches are set, no operator plugin,
 GFD or dcgm-exporter runs there, and exactly one pinned plugin (and one of each pinned operand) is Ready there whose
 NVIDIA_VISIBLE_DEVICES is the stack's exposed UUIDs, in order, nothing in its pod reaching further (a container
@@ -11,7 +12,9 @@ privileged or given a capability, another one naming a GPU), and no other stack'
 GPUs. Stack-wide: the stack's own record, the RuntimeClasses (and no class the guard takes as plain with an NVIDIA
 handler), each admission policy field by field (failure policy, matches, namespace selector, match conditions,
 variables, rules), their bindings (the stack's mode, every namespace), the void policy if
-`guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them. DRA
+`guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them; the objects around
+the plugins (each node's plugin DaemonSet and ConfigMap, pinned operands, DRA plugin and its identity, the plugin
+namespace's NetworkPolicies) hold every field desired/ gives them, nothing added (cluster/declared.py). DRA
 (cluster/dra.py): no DeviceClass maps an NVIDIA resource name, the stack's DeviceClasses and their quotas are as
 declared, and no ResourceSlice of a stack's node lists a hidden GPU a class tenants may use selects.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
@@ -31,6 +34,7 @@ from typing import Any
 
 from cluster.admission_checks import check_guard_policy, check_node_switches, check_void_policy, same
 from cluster.adoption import check_adoption
+from cluster.declared import check_declared
 from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
 from cluster.leftovers import check_leftovers
@@ -57,8 +61,8 @@ from common.names import (
     VISIBLE_DEVICES_ENV,
     Allocator,
     GuardScope,
-    MigStrategy,
 )
+from desired.device_plugin import added_capabilities
 from desired.guard_rules import policy_specs
 from desired.guard_settings import GuardSettings
 from desired.node_labels import (
@@ -146,8 +150,8 @@ def _pinned(node: NodeConfig, what: str, mine: list[dict[str, Any]], *, runs: bo
         exposed = ",".join(node.exposed_gpus)
         actual = ";".join(sorted({_visible_devices(p) for p in mine})) or f"<no {what} pod>"
         yield Check(node.name, f"{what} {VISIBLE_DEVICES_ENV}", exposed, actual)
-        # The MIG monitor needs SYS_ADMIN in the plugin (components/device_plugin_spec.py); nothing else adds any.
-        may_add = {"SYS_ADMIN"} if what == "plugin" and node.mig_strategy != MigStrategy.NONE else set()
+        # The MIG monitor needs SYS_ADMIN in the plugin; nothing else adds any.
+        may_add = set(added_capabilities(node)) if what == "plugin" else set()
         widened = [f"{p['metadata'].get('name')}: {found}" for p in mine for found in _widened(p, exposed, may_add)]
         yield Check(node.name, f"{what} pods: nothing wider", "none", "; ".join(widened) or "none")
 
@@ -284,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
         checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices)]
+        checks += check_declared(stack, live.declared)
         failed = [c for c in checks if not c.ok]
         compared.append(checks)
         if args.json:

@@ -47,7 +47,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 78 checks, 18 API requests")
+    assert out.strip().endswith("in 82 checks, 24 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)

@@ -41,6 +41,11 @@ COLLECTIONS = {
     "api/v1/secrets": "secrets",
     "apis/resource.k8s.io/v1/resourceclaims": "resource_claims",
     "apis/resource.k8s.io/v1/resourceclaimtemplates": "claim_templates",
+    "apis/apps/v1/daemonsets": "daemon_sets",
+    "api/v1/serviceaccounts": "service_accounts",
+    "apis/rbac.authorization.k8s.io/v1/clusterroles": "cluster_roles",
+    "apis/rbac.authorization.k8s.io/v1/clusterrolebindings": "cluster_role_bindings",
+    "apis/networking.k8s.io/v1/networkpolicies": "network_policies",
 }
 
 
@@ -61,6 +66,11 @@ class Cluster:
     secrets: list[dict[str, Any]] = field(default_factory=list)
     resource_claims: list[dict[str, Any]] = field(default_factory=list)
     claim_templates: list[dict[str, Any]] = field(default_factory=list)
+    daemon_sets: list[dict[str, Any]] = field(default_factory=list)
+    service_accounts: list[dict[str, Any]] = field(default_factory=list)
+    cluster_roles: list[dict[str, Any]] = field(default_factory=list)
+    cluster_role_bindings: list[dict[str, Any]] = field(default_factory=list)
+    network_policies: list[dict[str, Any]] = field(default_factory=list)
     # (method, path with query, content type) of every request.
     requests: list[tuple[str, str, str]] = field(default_factory=list)
     # Answers for the next requests, in order: a status code, or "malformed".

@@ -36,6 +36,11 @@ RENDERED_KINDS = {
     Token.CONFIG_MAP: "config_maps",
     Token.MUTATING_POLICY: "mutating_policies",
     Token.MUTATING_BINDING: "mutating_bindings",
+    Token.DAEMONSET: "daemon_sets",
+    Token.SERVICE_ACCOUNT: "service_accounts",
+    Token.CLUSTER_ROLE: "cluster_roles",
+    Token.CLUSTER_ROLE_BINDING: "cluster_role_bindings",
+    Token.NETWORK_POLICY: "network_policies",
 }
 
 

@@ -32,7 +32,7 @@ def main() -> int:
     args = arguments.parse_args()
     work = Path(tempfile.mkdtemp(prefix="verify-timing-"))
     config = {**synthetic_stack(args.nodes), "kubernetes:context": "admin@test"}
-    cluster = healthy(config)
+    cluster = healthy(config, "fleet")
     stack = write_stack(work, config, "fleet")
     seconds = []
     with serve(work, cluster) as kubeconfig:

@@ -1,0 +1,155 @@
+"""The objects the stack declares around its plugins, live against desired/: each node's plugin DaemonSet and its
+ConfigMap, the pinned operands, the DRA plugin and its identity, the plugin namespace's NetworkPolicies.
+
+Every field the stack sets must hold its value (the API server's defaults beside them are fine), a list of named
+items (containers, init containers, volumes, mounts, variables) must name exactly the stack's, in its order, and
+what the API server never defaults is compared whole (EXACT) or must stay unset where the stack leaves it out
+(UNSET): a volume, a capability or an egress rule added by hand is what could reach a hidden GPU or carry it out,
+and `up` would not take it away."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils.quantity import parse_quantity
+
+from cluster.live import Check
+from common.names import Allocator
+from desired.device_plugin import plugin_objects
+from desired.dra_plugin import dra_plugin_objects
+from desired.node_labels import pinned_operands
+from desired.operands import operand_objects
+from desired.plugin_namespace import network_policies
+from desired.pods import Object
+from stack_config.models import DraConfig, StackConfig
+from stack_config.node_config import NodeConfig
+
+# What a difference shows of a live value: enough to recognise it.
+SHOWN = 80
+Key = tuple[str, str, str]
+# Fields the API server does not default: the live value is the declared one, no more.
+EXACT = frozenset({"securityContext", "data", "rules", "roleRef", "subjects", "podSelector", "policyTypes"})
+# Fields whose absence is what the stack declares (no host namespace, no variables from elsewhere, no traffic).
+UNSET = frozenset(
+    {
+        "hostNetwork",
+        "hostPID",
+        "hostIPC",
+        "shareProcessNamespace",
+        "ephemeralContainers",
+        "envFrom",
+        "ingress",
+        "egress",
+    }
+)
+# The client's parser of `500m`, `1Gi`: the API server's own rules.
+_quantity: Callable[[object], Decimal] = parse_quantity
+
+
+def key_of(obj: Object) -> Key:
+    metadata = obj.get("metadata") or {}
+    return str(obj.get("kind", "")), str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+
+
+def _shown(value: object) -> str:
+    text = "<unset>" if value is None else str(value)
+    return text if len(text) <= SHOWN else f"{text[: SHOWN - 3]}..."
+
+
+def _same_scalar(path: str, desired: object, live: object) -> bool:
+    if desired == live:
+        return True
+    # Quantities come back canonical (`1000m` as `1`): the same amount is the same request.
+    if ".resources." in f".{path}." and isinstance(live, str | int) and isinstance(desired, str | int):
+        try:
+            return _quantity(desired) == _quantity(live)
+        except ValueError:
+            return False
+    return False
+
+
+def _names(items: list[Any]) -> list[str] | None:
+    names = [name for item in items if isinstance(item, dict) and isinstance(name := item.get("name"), str)]
+    return names if len(names) == len(items) else None
+
+
+def differences(desired: object, live: object, path: str = "") -> Iterator[str]:
+    """Where the live value is not what the stack declares, by field path."""
+    if isinstance(desired, dict):
+        yield from _object_differences(desired, live, path)
+    elif isinstance(desired, list):
+        yield from _list_differences(desired, live, path)
+    elif not _same_scalar(path, desired, live):
+        yield f"{path} {_shown(live)}"
+
+
+def _object_differences(desired: dict[str, Any], live: object, path: str) -> Iterator[str]:
+    if not isinstance(live, dict):
+        yield f"{path or 'object'} {_shown(live)}"
+        return
+    for key, value in desired.items():
+        where = f"{path}.{key}" if path else key
+        if key not in EXACT:
+            yield from differences(value, live.get(key), where)
+        elif value != live.get(key):
+            yield f"{where} {_shown(live.get(key))}"
+    for key in sorted(UNSET & live.keys() - desired.keys()):
+        if live[key]:
+            yield f"{path}.{key} {_shown(live[key])}"
+
+
+def _list_differences(desired: list[Any], live: object, path: str) -> Iterator[str]:
+    if not isinstance(live, list):
+        yield f"{path} {_shown(live)}"
+        return
+    wanted, found = _names(desired), _names(live)
+    if wanted is not None and (found is not None or not live):
+        if wanted != (found or []):
+            yield f"{path} names {','.join(found or []) or '<none>'}"
+            return
+        labels: list[str] = wanted
+    elif len(desired) != len(live):
+        yield f"{path} has {len(live)} items"
+        return
+    else:
+        labels = [str(i) for i in range(len(desired))]
+    for label, value, actual in zip(labels, desired, live, strict=True):
+        yield from differences(value, actual, f"{path}[{label}]")
+
+
+def declared(stack: StackConfig) -> dict[str, list[Object]]:
+    """What the stack declares around its plugins, by the scope a check names (a node, or `cluster`)."""
+    plugin = stack.device_plugin
+    found: dict[str, list[Object]] = {
+        "cluster": [{"kind": "NetworkPolicy", **policy} for policy in network_policies(plugin.namespace).values()]
+    }
+    for node in stack.nodes:
+        found[node.name] = _of_node(stack, node)
+    return found
+
+
+def _of_node(stack: StackConfig, node: NodeConfig) -> list[Object]:
+    if not node.exposed_gpus:
+        return []
+    plugin = stack.device_plugin
+    objects = plugin_objects(node, plugin)
+    if node.allocator == Allocator.DRA:
+        objects += dra_plugin_objects(node, plugin, (stack.dra_settings or DraConfig()).kubelet_plugin_image)
+    return objects + [obj for operand in pinned_operands(node) for obj in operand_objects(operand, node, plugin)]
+
+
+def check_declared(stack: StackConfig, live: dict[Key, Object]) -> Iterator[Check]:
+    """One check per declared object: `as declared`, or the fields that differ."""
+    for scope, objects in declared(stack).items():
+        for obj in objects:
+            kind, namespace, name = key_of(obj)
+            found = live.get((kind, namespace, name))
+            what = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+            if found is None:
+                yield Check(scope, what, "as declared", "<missing>")
+                continue
+            body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+            found_differences = list(differences(body, found))
+            yield Check(scope, what, "as declared", "; ".join(found_differences) or "as declared")

@@ -1,0 +1,131 @@
+"""cluster/declared.py: verify compares the objects around the plugins with desired/, the same functions the components
+declare them from; a hand edit that widens a pod, a role or a policy is a mismatch naming the field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster.declared import check_declared, declared, key_of
+from common.tokens import Token
+from offline.program import run_program
+from stack_config import parse_project_config, read_stack_file
+from tests.support.stacks import changed, node
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS = [
+    ROOT / "stacks" / "Pulumi.prod.yaml",
+    ROOT / "stacks" / "Pulumi.dev.yaml",
+    ROOT / "tests/golden/Pulumi.every.yaml",
+]
+KINDS = {
+    Token.DAEMONSET: "DaemonSet",
+    Token.CONFIG_MAP: "ConfigMap",
+    Token.SERVICE_ACCOUNT: "ServiceAccount",
+    Token.CLUSTER_ROLE: "ClusterRole",
+    Token.CLUSTER_ROLE_BINDING: "ClusterRoleBinding",
+    Token.NETWORK_POLICY: "NetworkPolicy",
+}
+EVERY = read_stack_file(STACKS[2])
+
+
+def rendered(config: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """What `up` of the stack leaves, as one LIST per kind reads it back (no kind on the items)."""
+    found = {}
+    for resource in run_program(config, "every").kubernetes_objects:
+        if resource.type in KINDS:
+            obj = copy.deepcopy(resource.inputs)
+            found[key_of({**obj, "kind": KINDS[resource.type]})] = obj
+    return found
+
+
+@pytest.mark.parametrize("stack_file", STACKS, ids=[p.stem for p in STACKS])
+def test_what_the_program_declares_is_what_verify_expects(stack_file: Path) -> None:
+    """One source: every object desired/ gives verify is one the program declares, field for field; only the stack
+    record's ConfigMap (checked by `stack record`) is the program's alone."""
+    config = read_stack_file(stack_file)
+    live = rendered(config)
+    checks = list(check_declared(parse_project_config(config), live))
+    assert [c for c in checks if not c.ok] == []
+    expected = {key_of(obj) for objects in declared(parse_project_config(config)).values() for obj in objects}
+    assert {k for k in live if not k[2].startswith("hidden-gpu-stack-")} == expected
+
+
+def mismatches(config: dict[str, Any], live: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, str]:
+    return {c.what: c.actual for c in check_declared(parse_project_config(config), live) if not c.ok}
+
+
+def plugin_of(live: dict[tuple[str, str, str], dict[str, Any]], name: str) -> dict[str, Any]:
+    return live[("DaemonSet", "hidden-gpu-system", name)]
+
+
+def test_a_hand_edit_of_a_pinned_daemonset_is_named_by_its_field() -> None:
+    live = rendered(EVERY)
+    plugin = plugin_of(live, "nvidia-device-plugin-gpu-node-01")
+    pod = plugin["spec"]["template"]["spec"]
+    pod["volumes"].append({"name": "dev", "hostPath": {"path": "/dev"}})
+    pod["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
+    pod["containers"][0]["envFrom"] = [{"configMapRef": {"name": "gpus"}}]
+    pod["hostPID"] = True
+    exporter = plugin_of(live, "dcgm-exporter-gpu-node-01")["spec"]["template"]["spec"]
+    exporter["containers"][0]["image"] = "example.com/dcgm-exporter:latest"
+    found = mismatches(EVERY, live)
+    assert set(found) == {
+        "DaemonSet hidden-gpu-system/nvidia-device-plugin-gpu-node-01",
+        "DaemonSet hidden-gpu-system/dcgm-exporter-gpu-node-01",
+    }
+    said = found["DaemonSet hidden-gpu-system/nvidia-device-plugin-gpu-node-01"]
+    assert "spec.template.spec.volumes names " in said and ",dev" in said
+    assert "spec.template.spec.containers[nvidia-device-plugin].securityContext " in said
+    assert "spec.template.spec.containers[nvidia-device-plugin].envFrom " in said
+    assert "spec.template.spec.hostPID True" in said
+    assert found["DaemonSet hidden-gpu-system/dcgm-exporter-gpu-node-01"] == (
+        "spec.template.spec.containers[dcgm-exporter].image example.com/dcgm-exporter:latest"
+    )
+
+
+def test_the_api_servers_defaults_and_canonical_quantities_are_not_differences() -> None:
+    live = rendered(EVERY)
+    plugin = plugin_of(live, "nvidia-device-plugin-gpu-node-01")
+    pod = plugin["spec"]["template"]["spec"]
+    pod |= {"dnsPolicy": "ClusterFirst", "restartPolicy": "Always", "hostNetwork": False}
+    container = pod["containers"][0]
+    container |= {"terminationMessagePath": "/dev/termination-log"}
+    container["resources"]["limits"]["cpu"] = "0.5"  # the stack's 500m, as another client may write it
+    plugin["metadata"]["labels"]["extra"] = "yes"
+    assert mismatches(EVERY, live) == {}
+
+
+def test_a_widened_role_an_opened_policy_and_a_changed_config_are_named() -> None:
+    live = rendered(EVERY)
+    role = live[("ClusterRole", "", "hidden-gpu-nvidia-dra-kubelet-plugin-gpu-node-04")]
+    role["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]})
+    policy = live[("NetworkPolicy", "hidden-gpu-system", "nvidia-device-plugin-no-network")]
+    policy["spec"]["egress"] = [{}]
+    config = live[("ConfigMap", "hidden-gpu-system", "nvidia-device-plugin-gpu-node-02-config")]
+    config["data"]["config.yaml"] = config["data"]["config.yaml"].replace("replicas: 4", "replicas: 40")
+    del live[("NetworkPolicy", "hidden-gpu-system", "hidden-gpu-operands-metrics-only")]
+    found = mismatches(EVERY, live)
+    assert found["ClusterRole hidden-gpu-nvidia-dra-kubelet-plugin-gpu-node-04"].startswith("rules [{")
+    assert found["NetworkPolicy hidden-gpu-system/nvidia-device-plugin-no-network"] == "spec.egress [{}]"
+    assert found["ConfigMap hidden-gpu-system/nvidia-device-plugin-gpu-node-02-config"].startswith("data {")
+    assert found["NetworkPolicy hidden-gpu-system/hidden-gpu-operands-metrics-only"] == "<missing>"
+    assert len(found) == 4
+
+
+def test_an_adopted_plugin_is_compared_where_it_was_made() -> None:
+    """A taken-over DaemonSet stays in its own namespace, with its own selector and container name: verify reads it
+    there, as the program declares it."""
+    adopt = {"namespace": "kube-system", "name": "nvidia-device-plugin-pinned", "matchLabels": {"name": "pinned"},
+             "container": "nvidia-device-plugin-ctr"}  # fmt: skip
+    config = changed(lambda c: node(c).__setitem__("adoptDevicePlugin", adopt))
+    live = rendered(config)
+    assert ("DaemonSet", "kube-system", "nvidia-device-plugin-pinned") in live
+    assert mismatches(config, live) == {}
+    live[("DaemonSet", "kube-system", "nvidia-device-plugin-pinned")]["spec"]["selector"]["matchLabels"] = {"a": "b"}
+    assert mismatches(config, live) == {
+        "DaemonSet kube-system/nvidia-device-plugin-pinned": "spec.selector.matchLabels.name <unset>"
+    }
