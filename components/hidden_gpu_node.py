@@ -132,9 +132,9 @@ def _identity(component: str, spec: NodeSpec, node: Node) -> _Identity:
         raise InvalidInputError.of([ConfigError(("node", "name"), MISSING_KEY)])
     # The other keys are plain (_spec): what the whole node's model would say of them, it says at once here.
     written = spec.get("adoptDevicePlugin")
-    adopt = None if written is None else validated(AdoptedPluginConfig, written, ("node", "adoptDevicePlugin"))
-    # A shared hand-made DaemonSet is not taken over: the node's plugin keeps its own name and namespace.
-    adopt = None if adopt is None or adopt.shared else adopt
+    adopt = (
+        None if written is None else validated(AdoptedPluginConfig, written, ("node", "adoptDevicePlugin")).taken_over
+    )
     return _Identity(validated_input(NodeName, spec["name"], ("node", "name"), f"HiddenGpuNode {component}"), adopt)
 
 

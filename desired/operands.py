@@ -21,18 +21,8 @@ from common.names import (
     pinned_operand_name,
     plugin_labels,
 )
-from desired.pods import (
-    Object,
-    daemon_set_spec,
-    downward,
-    env_vars,
-    host_path,
-    mount,
-    node_pod_spec,
-    plugin_config_volume,
-    scan_exceptions,
-    unprivileged,
-)
+from desired import pods
+from desired.pods import Object
 from stack_config.node_config import NodeConfig
 from stack_config.plugin_config import DevicePluginConfig
 
@@ -87,7 +77,7 @@ def operand_metadata(operand: str, node_name: str, plugin: DevicePluginConfig, n
         "name": pinned_operand_name(operand, node_name),
         "namespace": namespace,
         "labels": plugin_labels(node_name, operand),
-        "annotations": scan_exceptions(SCAN_EXCEPTIONS[operand], image_of(operand, plugin), IMAGE_KEYS[operand]),
+        "annotations": pods.scan_exceptions(SCAN_EXCEPTIONS[operand], image_of(operand, plugin), IMAGE_KEYS[operand]),
     }
 
 
@@ -100,15 +90,15 @@ def operand_spec(operand: str, node: NodeConfig, plugin: DevicePluginConfig, run
         if operand == DCGM_EXPORTER
         else None
     )
-    pod_spec = node_pod_spec(node.name, plugin, runtime_class, [container], volumes)
-    return daemon_set_spec(labels, pod_spec, annotations=annotations)
+    pod_spec = pods.node_pod_spec(node.name, plugin, runtime_class, [container], volumes)
+    return pods.daemon_set_spec(labels, pod_spec, annotations=annotations)
 
 
 def _env(node: NodeConfig, more: dict[str, str]) -> list[Object]:
     # NVIDIA_VISIBLE_DEVICES also overrides the images' own `ENV NVIDIA_VISIBLE_DEVICES=all`.
     return [
-        *env_vars({VISIBLE_DEVICES_ENV: ",".join(node.exposed_gpus), **more}),
-        downward("NODE_NAME", "spec.nodeName"),
+        *pods.env_vars({VISIBLE_DEVICES_ENV: ",".join(node.exposed_gpus), **more}),
+        pods.downward("NODE_NAME", "spec.nodeName"),
     ]
 
 
@@ -116,12 +106,12 @@ def _gfd(node: NodeConfig, plugin: DevicePluginConfig) -> tuple[Object, list[Obj
     # The features file NFD's worker publishes as the node's labels, as the operator's GFD writes it; v0.20.0 would
     # write NodeFeature objects by default, which needs an API token this pod does not get.
     env = {"GFD_USE_NODE_FEATURE_API": "false", "GFD_SLEEP_INTERVAL": "60s", "GFD_FAIL_ON_INIT_ERROR": "true"}
-    volumes = [host_path("output-dir", NFD_FEATURES_DIR, "DirectoryOrCreate")]
-    mounts = [mount("output-dir", NFD_FEATURES_DIR)]
+    volumes = [pods.host_path("output-dir", NFD_FEATURES_DIR, "DirectoryOrCreate")]
+    mounts = [pods.mount("output-dir", NFD_FEATURES_DIR)]
     if node.time_slicing is not None:
         # The plugin's config, so `gpu.replicas` and `gpu.sharing-strategy` say what the plugin advertises.
         env["CONFIG_FILE"] = PLUGIN_CONFIG_FILE
-        volume, config_mount = plugin_config_volume(node.name)
+        volume, config_mount = pods.plugin_config_volume(node.name)
         volumes.append(volume)
         mounts.append(config_mount)
     container = {
@@ -130,7 +120,7 @@ def _gfd(node: NodeConfig, plugin: DevicePluginConfig) -> tuple[Object, list[Obj
         "imagePullPolicy": "IfNotPresent",
         "command": [GFD_COMMAND],
         "env": _env(node, env),
-        "securityContext": unprivileged(),
+        "securityContext": pods.unprivileged(),
         "volumeMounts": mounts,
     }
     return container, volumes
@@ -146,10 +136,10 @@ def _dcgm_exporter(node: NodeConfig, plugin: DevicePluginConfig) -> tuple[Object
         "imagePullPolicy": "IfNotPresent",
         "env": _env(node, env),
         "ports": [{"name": "metrics", "containerPort": DCGM_EXPORTER_PORT}],
-        "securityContext": unprivileged(),
-        "volumeMounts": [mount("pod-resources", POD_RESOURCES_DIR, read_only=True)],
+        "securityContext": pods.unprivileged(),
+        "volumeMounts": [pods.mount("pod-resources", POD_RESOURCES_DIR, read_only=True)],
     }
-    return container, [host_path("pod-resources", POD_RESOURCES_DIR, "Directory")]
+    return container, [pods.host_path("pod-resources", POD_RESOURCES_DIR, "Directory")]
 
 
 def operand_objects(operand: str, node: NodeConfig, plugin: DevicePluginConfig) -> list[Object]:

@@ -114,6 +114,11 @@ class AdoptedPluginConfig(StrictModel):
     expression `hidden-gpu.io/node DoesNotExist` in every term, so that the node label moves it off this node; this
     node's own plugin starts only once no other NVIDIA plugin socket is left on the node."""
 
+    @property
+    def taken_over(self) -> AdoptedPluginConfig | None:
+        """Itself where `up` applies the node's plugin under it (not shared); a shared one keeps its own objects."""
+        return None if self.shared else self
+
 
 class NodeConfig(StrictModel):
     """One shared GPU node: which of its GPUs Kubernetes may schedule."""
@@ -152,8 +157,7 @@ class NodeConfig(StrictModel):
     @property
     def taken_over_plugin(self) -> AdoptedPluginConfig | None:
         """The hand-made DaemonSet `up` applies this node's plugin under: one adopted and not shared."""
-        adopt = self.adopt_device_plugin
-        return adopt if adopt is not None and not adopt.shared else None
+        return None if self.adopt_device_plugin is None else self.adopt_device_plugin.taken_over
 
     @property
     def shared_plugin(self) -> AdoptedPluginConfig | None:
