@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from cluster.live import Check
-from common.names import Allocator
+from common.names import PROVIDER_ANNOTATION_PREFIX, Allocator
 from desired.device_plugin import plugin_objects
 from desired.dra_plugin import dra_plugin_objects
 from desired.node_labels import pinned_operands
@@ -151,5 +151,11 @@ def check_declared(stack: StackConfig, live: dict[Key, Object]) -> Iterator[Chec
                 yield Check(scope, what, "as declared", "<missing>")
                 continue
             body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+            annotations = body["metadata"].get("annotations") or {}
+            # How the provider applies it, not what the object holds (the provider may keep them or not).
+            kept = {k: v for k, v in annotations.items() if not k.startswith(PROVIDER_ANNOTATION_PREFIX)}
+            body["metadata"] = {k: v for k, v in body["metadata"].items() if k != "annotations"}
+            if kept:
+                body["metadata"]["annotations"] = kept
             found_differences = list(differences(body, found))
             yield Check(scope, what, "as declared", "; ".join(found_differences) or "as declared")

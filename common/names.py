@@ -137,12 +137,14 @@ INSTANCE_LABEL = "app.kubernetes.io/instance"
 PLUGIN_NAME_LABEL = "app.kubernetes.io/name"
 PART_OF = PROJECT
 POD_SECURITY_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+# Annotations that tell pulumi-kubernetes how to apply an object: the provider's, not the object's state.
+PROVIDER_ANNOTATION_PREFIX = "pulumi.com/"
 # Server-side apply refuses to take over fields another manager owns unless forced.
-PATCH_FORCE_ANNOTATION = "pulumi.com/patchForce"
+PATCH_FORCE_ANNOTATION = f"{PROVIDER_ANNOTATION_PREFIX}patchForce"
 # pulumi-kubernetes applies an object with server-side apply as the field manager this annotation names
 # (provider.go fieldManagerName), else under a random pulumi-kubernetes-<suffix> per stack: a retained
 # object could then never be taken back by another `up` without a conflict.
-FIELD_MANAGER_ANNOTATION = "pulumi.com/patchFieldManager"
+FIELD_MANAGER_ANNOTATION = f"{PROVIDER_ANNOTATION_PREFIX}patchFieldManager"
 FIELD_MANAGER = PROJECT
 # A changed plugin config changes this pod-template annotation, so the DaemonSet rolls its pods.
 CONFIG_CHECKSUM_ANNOTATION = "hidden-gpu/plugin-config-sha256"

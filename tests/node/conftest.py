@@ -26,6 +26,7 @@ from common.names import (
     ENV_KEYS_POLICY_NAME,
     NODE_SWITCHES_POLICY_NAME,
     POLICY_NAME,
+    PROVIDER_ANNOTATION_PREFIX,
     device_plugin_name,
     dra_plugin_name,
     pinned_operand_name,
@@ -121,7 +122,9 @@ def rendered_objects(
         if not guard and name.startswith("validatingadmissionpolicy"):
             continue
         annotations = obj.get("metadata", {}).get("annotations") or {}
-        for key in [k for k in annotations if k.startswith("pulumi.com/")]:  # the provider's, not the object's
+        for key in [
+            k for k in annotations if k.startswith(PROVIDER_ANNOTATION_PREFIX)
+        ]:  # the provider's, not the object's
             del annotations[key]
         if obj["kind"] == "DaemonSet" and obj["metadata"]["name"] in STAND_INS:
             images.substitute(obj, STAND_INS[obj["metadata"]["name"]])
