@@ -14,19 +14,19 @@ import json
 import os
 import shutil
 import socket
-import ssl
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
+import urllib3
 import yaml
+from kubernetes.client import ApiClient, Configuration
 
 from e2e.processes import Processes
 
@@ -83,6 +83,7 @@ class ControlPlane:
     tokens: dict[str, str]
     processes: Processes = field(init=False)
     _plurals: dict[tuple[str, str], tuple[str, bool]] = field(default_factory=dict)
+    _clients: dict[str, ApiClient] = field(default_factory=dict, repr=False)
     groups: dict[str, list[str]] = field(default_factory=lambda: dict(IDENTITIES))
 
     def __post_init__(self) -> None:
@@ -191,7 +192,7 @@ class ControlPlane:
             try:
                 if self.request("GET", "/readyz", raw=True) == "ok":
                     return
-            except (OSError, urllib.error.URLError, ApiError):
+            except (OSError, ApiError):
                 pass
             if exited := self.processes.exited():
                 raise RuntimeError(exited)
@@ -257,6 +258,18 @@ class ControlPlane:
         query = "?dryRun=All" if dry_run else ""
         return self.request("POST", self.path(obj, collection=True) + query, obj, identity=identity)
 
+    def client(self, identity: str = "admin") -> ApiClient:
+        """The `kubernetes` library's client as `identity` (a bearer token of tokens.csv), trusting the plane's CA."""
+        found = self._clients.get(identity)
+        if found is None:
+            configuration = Configuration(
+                host=self.url, api_key={"BearerToken": self.tokens[identity]}, api_key_prefix={"BearerToken": "Bearer"}
+            )
+            configuration.ssl_ca_cert = str(self.root / "pki/ca.crt")
+            configuration.retries = False  # a test says what it waits for (poll)
+            found = self._clients[identity] = ApiClient(configuration)
+        return found
+
     def request(
         self,
         method: str,
@@ -267,29 +280,34 @@ class ControlPlane:
         content_type: str = "application/json",
         raw: bool = False,
     ) -> Any:
-        """One API request; JSON in and out. An HTTP error raises ApiError with the server's Status."""
-        context = ssl.create_default_context(cafile=str(self.root / "pki/ca.crt"))
-        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Authorization", f"Bearer {self.tokens[identity]}")
-        if data is not None:
-            request.add_header("Content-Type", content_type)
+        """One API request through the `kubernetes` client; JSON in and out (`raw`: the text). An HTTP error raises
+        ApiError with the server's Status; the answer's Warning headers are its `__warnings__`."""
+        resource, _, query = path.partition("?")
+        api = self.client(identity)
+        serialized = api.param_serialize(
+            method=method,
+            resource_path=resource,
+            query_params=parse_qsl(query, keep_blank_values=True),
+            header_params={"Content-Type": content_type} if body is not None else {},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
         try:
-            with urllib.request.urlopen(request, context=context, timeout=60) as response:
-                text = response.read().decode()
-                warnings = response.headers.get_all("Warning") or []
-        except urllib.error.HTTPError as error:
-            text = error.read().decode(errors="replace")
+            response = api.call_api(*serialized, _request_timeout=60)
+            text = response.read().decode(errors="replace")  # type: ignore[no-untyped-call]
+        except urllib3.exceptions.HTTPError as error:  # not sent or not answered: an OSError, as a socket's are
+            raise ConnectionError(f"{method} {resource}: {error}") from None
+        if response.status >= 400:
             try:
                 status = json.loads(text)
             except ValueError:
                 status = {"message": text}
-            raise ApiError(error.code, status) from None
+            raise ApiError(response.status, status if isinstance(status, dict) else {"message": text})
         if raw:
             return text
         result = json.loads(text) if text else {}
         if isinstance(result, dict):
-            result["__warnings__"] = warnings
+            result["__warnings__"] = response.getheaders().getlist("Warning")  # type: ignore[no-untyped-call]
         return result
 
 
