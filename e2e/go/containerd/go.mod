@@ -1,6 +1,7 @@
 // Builds containerd for the node tier (issue 30): containerd (with its CRI plugin, which the kubelet talks
 // to), containerd-shim-runc-v2 (the shim every runc or nvidia-runtime container runs under) and ctr (image
-// import). Its own module: containerd v2.4.2 needs k8s.io/* v0.37, the k8s group pins v0.36.3.
+// import). Its own module: its dependencies resolve apart from the k8s group's (grpc v1.83.2 here, v1.82.1
+// there), and one module would move the kubelet's.
 module hidden-gpu.test/e2e/containerd
 
 go 1.26.6
