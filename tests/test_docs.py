@@ -153,6 +153,41 @@ def test_the_admission_comparison_table_is_the_record() -> None:
     assert table(record["summary"]) in (ROOT / "docs/performance.md").read_text()
 
 
+TIMES, MINUS_SIGN = "\u00d7", "\u2212"  # as docs/performance.md writes them
+
+
+def test_the_admission_comparisons_prose_is_the_record() -> None:
+    """The figures the bullets under the comparison table state (growth per container, what the fast path bought,
+    the scope's and the goals' ratios) are the record's, rounded as written: they cannot drift from the table."""
+    summary = json.loads((ROOT / "docs/measurements/admission-compare-2core.json").read_text())["summary"]
+    rows, growth = summary["bySize"], summary["growthUsPerContainer"]
+    text = " ".join((ROOT / "docs/performance.md").read_text().split("- **Growth**", 1)[1].split("### ")[0].split())
+
+    def ratio(n: str, mine: str, other: str) -> float:
+        return float(rows[n][mine]["costMs"] / rows[n][other]["costMs"])
+
+    def saving(n: str) -> str:
+        return f"{round(100 * rows[n]['ratios']['fastPathSaving'])} %"
+
+    scoped = sorted(rows[n]["ratios"]["scopedOutsideOverFloor"] for n in rows)
+    figures = [
+        f"{growth['guard']:.0f} µs per container for the guard",
+        f"{growth['per-rule']:.0f} µs without its fast path",
+        f"it bought {saving('16')} at 16 containers, {saving('64')} at 64 and {saving('256')} at 256",
+        f"(+{saving('1')} and {saving('4').replace('-', MINUS_SIGN)})",
+        f"cost {scoped[0]:.1f}{TIMES} to {scoped[-1]:.1f}{TIMES} the floor",
+        f"({ratio('64', 'scoped', 'restricted'):.1f}{TIMES}, goal 15{TIMES})",
+        f"it is {ratio('1', 'scoped', 'restricted'):.1f}{TIMES} `restricted`",
+        f"from Pod Security ({ratio('1', 'floor', 'restricted'):.1f}{TIMES})",
+        f"the guard is {rows['1']['ratios']['guardOverFloor']:.1f}{TIMES} the floor",
+        f"and {rows['1']['ratios']['guardOverRestricted']:.0f}{TIMES} `restricted` (goal 6{TIMES})",
+        f"at 64 containers {rows['64']['ratios']['guardOverFloor']:.0f}{TIMES} the floor",
+        f"and {rows['64']['ratios']['guardOverRestricted']:.0f}{TIMES} `restricted` (goal 15{TIMES}); {growth['guard']:.0f} µs",
+    ]
+    for figure in figures:
+        assert figure in text, figure
+
+
 def test_the_cost_limit_figures_are_the_record() -> None:
     """docs/performance.md's CEL cost-limit figures are docs/measurements/admission-cost-limit-2core.json's."""
     record = json.loads((ROOT / "docs/measurements/admission-cost-limit-2core.json").read_text())
