@@ -1,5 +1,6 @@
 """The objects the stack declares around its plugins, live against desired/: each node's plugin DaemonSet and its
-ConfigMap, the pinned operands, the DRA plugin and its identity, the plugin namespace's NetworkPolicies.
+ConfigMap, the pinned operands, the DRA plugin and its identity, the plugin namespace's NetworkPolicies, the
+RuntimeClasses.
 
 Every field the stack sets must hold its value (the API server's defaults beside them are fine), a list of named
 items (containers, init containers, volumes, mounts, variables) must name exactly the stack's, in its order, and
@@ -22,7 +23,7 @@ from desired.dra_plugin import dra_plugin_objects
 from desired.node_labels import pinned_operands
 from desired.operands import operand_objects
 from desired.plugin_namespace import network_policies
-from desired.pods import Object
+from desired.pods import Object, runtime_classes
 from stack_config.models import DraConfig, StackConfig
 from stack_config.node_config import NodeConfig
 
@@ -124,6 +125,7 @@ def declared(stack: StackConfig) -> dict[str, list[Object]]:
     plugin = stack.device_plugin
     found: dict[str, list[Object]] = {
         "cluster": [{"kind": "NetworkPolicy", **policy} for policy in network_policies(plugin.namespace).values()]
+        + [{"kind": "RuntimeClass", **runtime_class} for runtime_class in runtime_classes(stack.nodes)]
     }
     for node in stack.nodes:
         found[node.name] = _of_node(stack, node)

@@ -14,7 +14,7 @@ handler), each admission policy field by field (failure policy, matches, namespa
 variables, rules), their bindings (the stack's mode, every namespace), the void policy if
 `guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them; the objects around
 the plugins (each node's plugin DaemonSet and ConfigMap, pinned operands, DRA plugin and its identity, the plugin
-namespace's NetworkPolicies) hold every field desired/ gives them, nothing added (cluster/declared.py). DRA
+namespace's NetworkPolicies, the RuntimeClasses) hold every field desired/ gives them, nothing added (cluster/declared.py). DRA
 (cluster/dra.py): no DeviceClass maps an NVIDIA resource name, the stack's DeviceClasses and their quotas are as
 declared, and no ResourceSlice of a stack's node lists a hidden GPU a class tenants may use selects.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
@@ -47,7 +47,6 @@ from common.names import (
     GPU_RESOURCE,
     INSTANCE_LABEL,
     NO_GPU_VALUES,
-    NVIDIA_RUNTIME_HANDLER,
     OPERANDS_OFF_ANNOTATION,
     OPERATOR_OPERAND_APPS,
     OPERATOR_PLUGIN_APP,
@@ -71,7 +70,6 @@ from desired.node_labels import (
     operands_off,
     pinned_operands,
     quota_hard,
-    runtime_class_of,
 )
 from desired.stack_claims import Claim
 from stack_config import NodeConfig, StackConfig, parse_project_config, read_stack_file
@@ -217,11 +215,6 @@ def check_records(name: str, stack: StackConfig, live: Live) -> Iterator[Check]:
 
 
 def check_stack(stack: StackConfig, live: Live) -> Iterator[Check]:
-    for name, label, value in sorted({runtime_class_of(n) for n in stack.nodes if n.exposed_gpus}):
-        found = live.runtime_classes.get(name)
-        selector = ((found or {}).get("scheduling") or {}).get("nodeSelector") or {}
-        actual = f"{found.get('handler')} on {label}={selector.get(label)}" if found else "<missing>"
-        yield Check("cluster", f"RuntimeClass {name}", f"{NVIDIA_RUNTIME_HANDLER} on {label}={value}", actual)
     for name in sorted(stack.guard.plain_runtime_classes):
         handler = str((live.runtime_classes.get(name) or {}).get("handler", "<missing>"))
         yield Check(
@@ -288,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
         checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices)]
-        checks += check_declared(stack, live.declared)
+        classes = {("RuntimeClass", "", name): found for name, found in live.runtime_classes.items()}
+        checks += check_declared(stack, {**live.declared, **classes})
         failed = [c for c in checks if not c.ok]
         compared.append(checks)
         if args.json:

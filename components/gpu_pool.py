@@ -5,10 +5,10 @@ from typing import TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import NVIDIA_RUNTIME_HANDLER, PART_OF, PART_OF_LABEL, POOL_LABEL, pool_class_name
+from common.names import pool_class_name
 from common.tokens import Token
 from components.inputs import as_args
-from desired.pods import runtime_scheduling
+from desired.pods import pool_class
 
 
 class GpuPoolArgs(TypedDict):
@@ -27,13 +27,12 @@ class GpuPool(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(Token.GPU_POOL, name, None, opts)
+        declared = pool_class(args["pool"])
         self.runtime_class = k8s.node.v1.RuntimeClass(
             f"{name}-runtime-class",
-            metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=pool_class_name(args["pool"]), labels={PART_OF_LABEL: PART_OF, POOL_LABEL: args["pool"]}
-            ),
-            handler=NVIDIA_RUNTIME_HANDLER,
-            scheduling=as_args(runtime_scheduling(POOL_LABEL, args["pool"])),
+            metadata=as_args(declared["metadata"]),
+            handler=declared["handler"],
+            scheduling=as_args(declared["scheduling"]),
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"runtimeClass": pool_class_name(args["pool"])})

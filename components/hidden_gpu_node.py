@@ -19,8 +19,6 @@ from common.names import (
     PATCH_FORCE_ANNOTATION,
     Allocator,
     MigStrategy,
-    plugin_labels,
-    runtime_class_name,
 )
 from common.tokens import Token
 from components.dra_plugin import DraPluginObjects
@@ -29,7 +27,7 @@ from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from desired.device_plugin import config_data, config_map_metadata, plugin_metadata, plugin_name, plugin_spec
 from desired.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
-from desired.pods import runtime_scheduling
+from desired.pods import node_class_metadata, runtime_scheduling
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
 from stack_config.models import DraConfig
 from stack_config.node_config import AdoptedPluginConfig, NodeConfig, OperandsConfig
@@ -331,9 +329,7 @@ def _runtime_class(
     # it); the scheduling from the validated node, so an `up` declares nothing before the whole node is judged.
     return k8s.node.v1.RuntimeClass(
         f"{prefix}-runtime-class",
-        metadata=k8s.meta.v1.ObjectMetaArgs(
-            name=derive(identity.name, runtime_class_name), labels=derive(identity.name, plugin_labels)
-        ),
+        metadata=as_args(derive(identity.name, node_class_metadata)),
         handler=NVIDIA_RUNTIME_HANDLER,
         # Pods that pick this class land on this node: the nvidia runtime is only offered
         # where a pinned plugin decides which GPUs a pod gets. By our own label: the

@@ -12,12 +12,20 @@ from typing import Any
 from common.names import (
     DEV_NULL,
     DEVICE_REQUEST_DIR,
+    NODE_LABEL,
+    NVIDIA_RUNTIME_HANDLER,
+    PART_OF,
+    PART_OF_LABEL,
     PLUGIN_CONFIG_DIR,
+    POOL_LABEL,
     SCAN_SKIP_ANNOTATION_PREFIX,
     SHARED_NODE_TAINT,
     SHARED_NODE_TAINT_EFFECT,
     DeviceListStrategy,
     plugin_config_name,
+    plugin_labels,
+    pool_class_name,
+    runtime_class_name,
 )
 from stack_config.node_config import NodeConfig
 from stack_config.plugin_config import DevicePluginConfig
@@ -137,3 +145,37 @@ def daemon_set_spec(labels: dict[str, str], pod_spec: Object, *, annotations: di
         "selector": {"matchLabels": labels},
         "template": {"metadata": fields(labels=labels, annotations=annotations), "spec": pod_spec},
     }
+
+
+def node_class_metadata(node_name: str) -> Object:
+    """The node's own RuntimeClass: named after it, labelled as its plugin is."""
+    return {"name": runtime_class_name(node_name), "labels": plugin_labels(node_name)}
+
+
+def pool_class(pool: str) -> Object:
+    """A pool's RuntimeClass: a pod naming it lands on any node of the pool (the scheduler picks one with a free
+    exposed GPU)."""
+    return {
+        "metadata": {"name": pool_class_name(pool), "labels": {PART_OF_LABEL: PART_OF, POOL_LABEL: pool}},
+        "handler": NVIDIA_RUNTIME_HANDLER,
+        "scheduling": runtime_scheduling(POOL_LABEL, pool),
+    }
+
+
+def runtime_classes(nodes: list[NodeConfig]) -> list[Object]:
+    """The RuntimeClasses of the nodes that expose GPUs, whole: each node's own, or its pool's once."""
+    found: dict[str, Object] = {}
+    for node in nodes:
+        if not node.exposed_gpus:
+            continue
+        if node.pool:
+            found.setdefault(node.pool, pool_class(node.pool))
+        else:
+            scheduling = runtime_scheduling(NODE_LABEL, node.name)
+            own = {
+                "metadata": node_class_metadata(node.name),
+                "handler": NVIDIA_RUNTIME_HANDLER,
+                "scheduling": scheduling,
+            }
+            found[f"node {node.name}"] = own
+    return list(found.values())

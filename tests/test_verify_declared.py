@@ -28,6 +28,7 @@ KINDS = {
     Token.CLUSTER_ROLE: "ClusterRole",
     Token.CLUSTER_ROLE_BINDING: "ClusterRoleBinding",
     Token.NETWORK_POLICY: "NetworkPolicy",
+    Token.RUNTIME_CLASS: "RuntimeClass",
 }
 EVERY = read_stack_file(STACKS[2])
 
@@ -112,7 +113,10 @@ def test_a_widened_role_an_opened_policy_and_a_changed_config_are_named() -> Non
     config = live[("ConfigMap", "hidden-gpu-system", "nvidia-device-plugin-gpu-node-02-config")]
     config["data"]["config.yaml"] = config["data"]["config.yaml"].replace("replicas: 4", "replicas: 40")
     del live[("NetworkPolicy", "hidden-gpu-system", "hidden-gpu-operands-metrics-only")]
+    # A class that lands its pods on every node (the nvidia handler where no plugin decides which GPUs they get).
+    del live[("RuntimeClass", "", "hidden-gpu-pool-shared")]["scheduling"]["nodeSelector"]
     found = mismatches(EVERY, live)
+    assert found.pop("RuntimeClass hidden-gpu-pool-shared") == "scheduling.nodeSelector <unset>"
     assert found["ClusterRole hidden-gpu-nvidia-dra-kubelet-plugin-gpu-node-04"].startswith("rules [{")
     assert found["NetworkPolicy hidden-gpu-system/nvidia-device-plugin-no-network"] == "spec.egress [{}]"
     assert found["ConfigMap hidden-gpu-system/nvidia-device-plugin-gpu-node-02-config"].startswith("data {")
