@@ -21,14 +21,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
-import urllib3
 import yaml
-from kubernetes.client import ApiClient, Configuration
 
 from e2e.processes import Processes
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+# What the API server's audit log names the testbed's own requests by, apart from the engine's and the tools'.
+USER_AGENT = "hidden-gpu-testbed"
 
 # Identities of the token file: name -> (groups). The tenant gets `edit` in its namespaces only.
 IDENTITIES = {
@@ -260,6 +264,9 @@ class ControlPlane:
 
     def client(self, identity: str = "admin") -> ApiClient:
         """The `kubernetes` library's client as `identity` (a bearer token of tokens.csv), trusting the plane's CA."""
+        # Imported at first use: a GPU host run installs the client from carried wheels first (lab/gpu_host.py).
+        from kubernetes.client import ApiClient, Configuration  # noqa: PLC0415
+
         found = self._clients.get(identity)
         if found is None:
             configuration = Configuration(
@@ -268,6 +275,7 @@ class ControlPlane:
             configuration.ssl_ca_cert = str(self.root / "pki/ca.crt")
             configuration.retries = False  # a test says what it waits for (poll)
             found = self._clients[identity] = ApiClient(configuration)
+            found.user_agent = USER_AGENT
         return found
 
     def request(
@@ -292,6 +300,8 @@ class ControlPlane:
             body=body,
             auth_settings=["BearerToken"],
         )
+        import urllib3  # noqa: PLC0415 (the client's transport, imported with it)
+
         try:
             response = api.call_api(*serialized, _request_timeout=60)
             text = response.read().decode(errors="replace")  # type: ignore[no-untyped-call]

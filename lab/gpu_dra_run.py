@@ -46,8 +46,10 @@ from lab.gpu_host import (
     NODE,
     PLACEHOLDER,
     TENANT,
+    WHEELS,
     cdi_writer,
     host_facts,
+    install_wheels,
     libraries,
     nvml,
     pod_image,
@@ -99,6 +101,7 @@ def prepare(plugin_xz: Path) -> int:
     CARRY.mkdir(parents=True)
     for name in (NODESET_FILE, "nodeset.json"):
         shutil.copy(GPU_CARRY / name, CARRY / name)
+    shutil.copytree(GPU_CARRY / WHEELS, CARRY / WHEELS)  # the testbed's API client among them
     rendered = {}
     with tempfile.TemporaryDirectory() as tmp:
         for variant, exposed in (("exposed", True), ("hidden", False)):
@@ -282,6 +285,7 @@ def run(carry: Path, out: Path) -> int:
         facts = result["host"] = host_facts(rehearse=False)
         bin_dir = held.work / "bin"
         result["versions"] = unpack_nodeset(carry, bin_dir)["versions"]
+        install_wheels(carry, held.work)
         binary = lzma.decompress((carry / PLUGIN_XZ).read_bytes())
         if hashlib.sha256(binary).hexdigest() != PLUGIN_SHA256:
             raise RuntimeError(f"{PLUGIN_XZ}: not the binary ../shared/bin/README.md names")

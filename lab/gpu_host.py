@@ -218,8 +218,11 @@ def rendered(carry: Path, variant: str, uuid: str, plugin_image: str) -> list[di
 
 
 def install_wheels(carry: Path, work: Path) -> Path:
-    """The host tools' packages the device lacks, installed from the carried wheels into a directory of their own."""
+    """The packages the device lacks, installed from the carried wheels into a directory of their own: the host
+    tools' (their subprocesses get it as PYTHONPATH) and the testbed's API client, which this process imports from it
+    (first on its path: the device's own packages stay behind it)."""
     site = work / "site"
     sh(sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", site,
        *sorted((carry / WHEELS).glob("*.whl")), check=True, timeout=120)  # fmt: skip
+    sys.path.insert(0, str(site))
     return site

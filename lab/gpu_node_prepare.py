@@ -28,8 +28,11 @@ from lab.gpu_host import (
 from lab.gpu_pack import GPU_CARRY, pack_gpu_host
 
 # requirements-host.txt's packages the device machine lacks (../.library/device/KINDS.md lists its image's), at
-# constraints.txt's versions; protobuf too, which must not be older than host/podresources' generated code.
+# constraints.txt's versions; protobuf too, which must not be older than host/podresources' generated code; and the
+# testbed's API client (e2e.controlplane), the `kubernetes` package with what it imports.
 DEVICE_LACKS = ("pydantic", "pydantic_core", "annotated-types", "typing-inspection", "typing_extensions", "protobuf")
+TESTBED_CLIENT = ("kubernetes", "urllib3", "certifi", "charset-normalizer", "idna", "requests", "python-dateutil",
+                  "durationpy", "oauthlib", "requests-oauthlib", "websocket-client")  # fmt: skip
 WHEEL_PLATFORM = ("--python-version", "3.12", "--implementation", "cp", "--platform", "manylinux2014_x86_64",
                   "--platform", "manylinux_2_17_x86_64")  # fmt: skip
 PLUGIN_XZ_SHA256 = "beacab4ab734239d66029a077268e249cac1638c7ed03daae7b107da1dfd1348"  # ../shared/bin/README.md
@@ -100,7 +103,7 @@ def prepare(plugin_xz: Path) -> int:
     subprocess.run(["cc", "-O2", "-Wall", "-o", str(GPU_CARRY / HOLD), str(HERE / "cuda_hold.c"), "-ldl"], check=True)
     pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line)
     shutil.rmtree(GPU_CARRY / WHEELS, ignore_errors=True)
-    wanted = [f"{name}=={pins[name]}" for name in DEVICE_LACKS]
+    wanted = [f"{name}=={pins[name]}" for name in (*DEVICE_LACKS, *TESTBED_CLIENT)]
     download = ["download", "-q", "--no-deps", "--only-binary=:all:", *WHEEL_PLATFORM, "-d", str(GPU_CARRY / WHEELS)]
     subprocess.run([sys.executable, "-m", "pip", *download, *wanted], check=True)
     total = sum(p.stat().st_size for p in GPU_CARRY.rglob("*") if p.is_file())

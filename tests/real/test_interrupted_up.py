@@ -34,7 +34,7 @@ from common.names import (
     NODE_SWITCHES_POLICY_NAME,
     POLICY_NAME,
 )
-from e2e.controlplane import ApiError, ControlPlane
+from e2e.controlplane import USER_AGENT, ApiError, ControlPlane
 from tests.real.conftest import GPU_NODES, eventually, seeded_plane
 from tests.real.harness import pulumi_stack
 from tests.support.stacks import EXPOSED, FULLY_HIDDEN, HIDDEN
@@ -215,7 +215,7 @@ def assert_audit_order(plane: ControlPlane) -> None:
         if event.get("verb") not in ("create", "patch", "update") or ref.get("subresource"):
             continue
         # The engine's patches; the fixture's own (the operator's label, by this test's client) came before.
-        ours = not event.get("userAgent", "").startswith("Python-urllib")
+        ours = not event.get("userAgent", "").startswith(USER_AGENT)
         if ref.get("resource") == "nodes" and ours:
             first_node_patch = first_node_patch or event["requestReceivedTimestamp"]
         elif ref.get("resource", "").startswith("validatingadmissionpolic"):
