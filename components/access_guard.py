@@ -7,73 +7,20 @@ from typing import NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from common.names import (
-    FIELD_MANAGER,
-    FIELD_MANAGER_ANNOTATION,
-    PART_OF,
-    PART_OF_LABEL,
-    PATCH_FORCE_ANNOTATION,
-    VOID_POLICY_NAME,
-)
+from common.names import VOID_POLICY_NAME
 from common.tokens import Token
+from components.inputs import as_args
 from components.stack_types import GuardSpec
-from desired.guard_rules import (
-    POD_RESOURCES,
-    VALIDATION_ACTIONS,
-    denial,
-    namespace_selector,
-    nvidia_runtime,
-    policy_specs,
-    resource_rule,
-    void_mutation,
-    void_variables,
-)
+from desired.guard_objects import binding, node_switches_policy, validating_policy, void_policy
+from desired.guard_rules import VALIDATION_ACTIONS, policy_specs
 from desired.guard_settings import GuardSettings, PolicySpec
 from desired.node_labels import gpu_device_classes
 from desired.node_switches import POLICY_NAME as NODE_SWITCHES
 from desired.node_switches import VALIDATION_ACTIONS as NODE_SWITCHES_ACTIONS
-from desired.node_switches import policy_spec as node_switches_spec
 from stack_config.errors import as_written, validated
 from stack_config.guard_config import GuardConfig
 from stack_config.models import StackConfig
 from stack_config.values import NamespaceName, ObjectName
-
-
-def _rule(rule: dict[str, list[str]]) -> k8s.admissionregistration.v1.NamedRuleWithOperationsArgs:
-    """A resource rule in wire names, as the SDK's args."""
-    return k8s.admissionregistration.v1.NamedRuleWithOperationsArgs(
-        api_groups=rule["apiGroups"],
-        api_versions=rule["apiVersions"],
-        operations=rule["operations"],
-        resources=rule["resources"],
-    )
-
-
-def _match(rule: dict[str, list[str]], args: GuardSettings) -> k8s.admissionregistration.v1.MatchResourcesArgs:
-    """What this resource rule matches, in every namespace but the exempt ones (by name or label)."""
-    return k8s.admissionregistration.v1.MatchResourcesArgs(
-        namespace_selector=k8s.meta.v1.LabelSelectorArgs(
-            match_expressions=[
-                k8s.meta.v1.LabelSelectorRequirementArgs(**requirement)
-                for requirement in namespace_selector(args)["matchExpressions"]
-            ]
-        ),
-        resource_rules=[_rule(rule)],
-    )
-
-
-def _metadata(name: str) -> k8s.meta.v1.ObjectMetaArgs:
-    # Retained on delete, so a later `up` (this stack's or a new one's) must take the objects back: one
-    # well-known field manager, forcing over whoever changed them meanwhile.
-    return k8s.meta.v1.ObjectMetaArgs(
-        name=name,
-        labels={PART_OF_LABEL: PART_OF},
-        annotations={FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"},
-    )
-
-
-def _variable_args(named: list[tuple[str, str]]) -> list[k8s.admissionregistration.v1.VariableArgs]:
-    return [k8s.admissionregistration.v1.VariableArgs(name=name, expression=expression) for name, expression in named]
 
 
 class AccessGuardArgs(TypedDict):
@@ -164,71 +111,33 @@ class AccessGuard(pulumi.ComponentResource):
         k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
     ]:
-        spec = node_switches_spec()
+        declared = node_switches_policy()
         v1 = k8s.admissionregistration.v1
         policy = v1.ValidatingAdmissionPolicy(
             f"{name}-node-switches-policy",
-            metadata=_metadata(NODE_SWITCHES),
-            spec=v1.ValidatingAdmissionPolicySpecArgs(
-                failure_policy=spec["failurePolicy"],
-                match_constraints=v1.MatchResourcesArgs(
-                    resource_rules=[_rule(rule) for rule in spec["matchConstraints"]["resourceRules"]]
-                ),
-                match_conditions=[v1.MatchConditionArgs(**condition) for condition in spec["matchConditions"]],
-                variables=[v1.VariableArgs(**variable) for variable in spec["variables"]],
-                validations=[
-                    v1.ValidationArgs(
-                        expression=check["expression"],
-                        message=check["message"],
-                        message_expression=check["messageExpression"],
-                        reason=check["reason"],
-                    )
-                    for check in spec["validations"]
-                ],
-            ),
+            metadata=as_args(declared["metadata"]),
+            spec=as_args(declared["spec"]),
             opts=self._retained,
         )
-        binding = v1.ValidatingAdmissionPolicyBinding(
+        bound = binding(NODE_SWITCHES, policy.metadata.name, NODE_SWITCHES_ACTIONS)
+        return policy, v1.ValidatingAdmissionPolicyBinding(
             f"{name}-node-switches-binding",
-            metadata=_metadata(NODE_SWITCHES),
-            spec=v1.ValidatingAdmissionPolicyBindingSpecArgs(
-                policy_name=policy.metadata.name, validation_actions=NODE_SWITCHES_ACTIONS
-            ),
+            metadata=as_args(bound["metadata"]),
+            spec=as_args(bound["spec"]),
             opts=self._retained,
         )
-        return policy, binding
 
     def _void_policy(self, policy_resource: str, binding_resource: str, args: GuardSettings) -> None:
+        declared = void_policy(args)
         policy = k8s.admissionregistration.v1.MutatingAdmissionPolicy(
             policy_resource,
-            metadata=_metadata(VOID_POLICY_NAME),
-            spec=k8s.admissionregistration.v1.MutatingAdmissionPolicySpecArgs(
-                failure_policy="Fail",
-                # A sidecar a webhook injects after this policy ran gets its void on the second pass.
-                reinvocation_policy="IfNeeded",
-                match_constraints=_match(resource_rule(POD_RESOURCES), args),
-                match_conditions=[
-                    k8s.admissionregistration.v1.MatchConditionArgs(
-                        name="nvidia-runtime", expression=nvidia_runtime(args)
-                    ),
-                ],
-                variables=_variable_args(void_variables()),
-                mutations=[
-                    k8s.admissionregistration.v1.MutationArgs(
-                        patch_type="ApplyConfiguration",
-                        apply_configuration=k8s.admissionregistration.v1.ApplyConfigurationArgs(
-                            expression=void_mutation()
-                        ),
-                    )
-                ],
-            ),
+            metadata=as_args(declared["metadata"]),
+            spec=as_args(declared["spec"]),
             opts=self._retained,
         )
+        bound = binding(VOID_POLICY_NAME, policy.metadata.name)
         k8s.admissionregistration.v1.MutatingAdmissionPolicyBinding(
-            binding_resource,
-            metadata=_metadata(VOID_POLICY_NAME),
-            spec=k8s.admissionregistration.v1.MutatingAdmissionPolicyBindingSpecArgs(policy_name=policy.metadata.name),
-            opts=self._retained,
+            binding_resource, metadata=as_args(bound["metadata"]), spec=as_args(bound["spec"]), opts=self._retained
         )
 
     def _policy(
@@ -237,34 +146,14 @@ class AccessGuard(pulumi.ComponentResource):
         k8s.admissionregistration.v1.ValidatingAdmissionPolicy,
         k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding,
     ]:
+        declared = validating_policy(spec, args)
         policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
             policy_resource,
-            metadata=_metadata(spec.name),
-            spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicySpecArgs(
-                failure_policy="Fail",
-                match_constraints=_match(spec.match, args),
-                match_conditions=[
-                    k8s.admissionregistration.v1.MatchConditionArgs(name=name, expression=expression)
-                    for name, expression in spec.conditions
-                ]
-                or None,
-                variables=_variable_args(spec.variables) or None,
-                validations=[
-                    k8s.admissionregistration.v1.ValidationArgs(
-                        expression=rule.expression, message=denial(rule), reason="Forbidden"
-                    )
-                    for rule in spec.rules
-                ],
-            ),
+            metadata=as_args(declared["metadata"]),
+            spec=as_args(declared["spec"]),
             opts=self._retained,
         )
-        binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
-            binding_resource,
-            metadata=_metadata(spec.name),
-            spec=k8s.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpecArgs(
-                policy_name=policy.metadata.name,
-                validation_actions=VALIDATION_ACTIONS[args.mode],
-            ),
-            opts=self._retained,
+        bound = binding(spec.name, policy.metadata.name, VALIDATION_ACTIONS[args.mode])
+        return policy, k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            binding_resource, metadata=as_args(bound["metadata"]), spec=as_args(bound["spec"]), opts=self._retained
         )
-        return policy, binding
