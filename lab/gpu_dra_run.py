@@ -45,8 +45,8 @@ from lab.gpu_device import collect_logs, device_main, device_run
 from lab.gpu_host import (
     NODE,
     PLACEHOLDER,
+    SITE,
     TENANT,
-    WHEELS,
     cdi_writer,
     host_facts,
     install_wheels,
@@ -101,7 +101,7 @@ def prepare(plugin_xz: Path) -> int:
     CARRY.mkdir(parents=True)
     for name in (NODESET_FILE, "nodeset.json"):
         shutil.copy(GPU_CARRY / name, CARRY / name)
-    shutil.copytree(GPU_CARRY / WHEELS, CARRY / WHEELS)  # the testbed's API client among them
+    shutil.copy(GPU_CARRY / SITE, CARRY / SITE)  # the testbed's API client among them
     rendered = {}
     with tempfile.TemporaryDirectory() as tmp:
         for variant, exposed in (("exposed", True), ("hidden", False)):

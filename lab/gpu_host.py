@@ -1,6 +1,6 @@
 """What a GPU host run does on the host, whichever run it is (lab/gpu_node_run.py, lab/gpu_dra_run.py): the
 carry unpacked, the host's facts and NVML libraries, the pod image, the CDI spec, the render with the host's UUID
-in the placeholder's place, the wheels installed."""
+in the placeholder's place, the packages the device lacks unpacked."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PLUGIN_XZ = "nvidia-device-plugin-v0.20.0.xz"
 HOLD = "hidden-gpu-cuda-hold"  # lab/cuda_hold.c, built by `prepare`
-WHEELS = "wheels"
+# The packages the device lacks, unpacked from their wheels here and carried as one xz archive (a third of the wheels).
+SITE = "site.tar.xz"
 PLUGIN_SHA256 = "58737ebefd1b8fd755292b8b4816d6cff208f6267471c2ce08bd624ab78054d1"
 RENDER_FILE = "render.json"
 NODE = "gpu-node-01"
@@ -218,11 +219,11 @@ def rendered(carry: Path, variant: str, uuid: str, plugin_image: str) -> list[di
 
 
 def install_wheels(carry: Path, work: Path) -> Path:
-    """The packages the device lacks, installed from the carried wheels into a directory of their own: the host
-    tools' (their subprocesses get it as PYTHONPATH) and the testbed's API client, which this process imports from it
-    (first on its path: the device's own packages stay behind it)."""
+    """The packages the device lacks, unpacked into a directory of their own: the host tools' (their subprocesses
+    get it as PYTHONPATH) and the testbed's API client, which this process imports from it (first on its path: the
+    device's own packages stay behind it)."""
     site = work / "site"
-    sh(sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", site,
-       *sorted((carry / WHEELS).glob("*.whl")), check=True, timeout=120)  # fmt: skip
+    with tarfile.open(carry / SITE) as archive:
+        archive.extractall(site, filter="data")
     sys.path.insert(0, str(site))
     return site

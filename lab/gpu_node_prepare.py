@@ -8,7 +8,9 @@ import json
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from lab.gpu_host import (
     PLUGIN_XZ,
     RENDER_FILE,
     ROOT,
-    WHEELS,
+    SITE,
     stack,
 )
 from lab.gpu_pack import GPU_CARRY, pack_gpu_host
@@ -102,10 +104,17 @@ def prepare(plugin_xz: Path) -> int:
     (GPU_CARRY / PLUGIN_XZ).write_bytes(data)
     subprocess.run(["cc", "-O2", "-Wall", "-o", str(GPU_CARRY / HOLD), str(HERE / "cuda_hold.c"), "-ldl"], check=True)
     pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line)
-    shutil.rmtree(GPU_CARRY / WHEELS, ignore_errors=True)
     wanted = [f"{name}=={pins[name]}" for name in (*DEVICE_LACKS, *TESTBED_CLIENT)]
-    download = ["download", "-q", "--no-deps", "--only-binary=:all:", *WHEEL_PLATFORM, "-d", str(GPU_CARRY / WHEELS)]
-    subprocess.run([sys.executable, "-m", "pip", *download, *wanted], check=True)
+    shutil.rmtree(GPU_CARRY / "wheels", ignore_errors=True)  # how earlier carries held them
+    with tempfile.TemporaryDirectory() as tmp:
+        wheels, site = Path(tmp) / "wheels", Path(tmp) / "site"
+        download = ["download", "-q", "--no-deps", "--only-binary=:all:", *WHEEL_PLATFORM, "-d", str(wheels)]
+        subprocess.run([sys.executable, "-m", "pip", *download, *wanted], check=True)
+        for wheel in sorted(wheels.glob("*.whl")):  # a wheel installs by unpacking (none of these has a .data)
+            with zipfile.ZipFile(wheel) as unpacked:
+                unpacked.extractall(site)
+        with tarfile.open(GPU_CARRY / SITE, "w:xz") as archive:
+            archive.add(site, arcname=".")
     total = sum(p.stat().st_size for p in GPU_CARRY.rglob("*") if p.is_file())
     print(f"{GPU_CARRY}: {total / 2**20:.1f} MiB to carry (device: 64 MiB with the repository)")
     return 0

@@ -13,9 +13,9 @@ RuntimeClass, node label, ... exactly as `make render` writes them, the guard's 
 what the kubelet and the runtime do, not admission), and copies NVIDIA's plugin binary, xz-packed, from
 ../shared/bin (the module proxy serves none; never part of the project, never a CI dependency).
 
-`run` needs Python 3 and PyYAML (the render is read from lab/.gpu), and for its host.audit phase the host tools'
-requirements: those the device machine lacks (pydantic; protobuf at our version) travel as wheels that `prepare`
-downloads, with a CUDA holder (lab/cuda_hold.c) it builds with cc. The
+`run` needs Python 3 and PyYAML (the render is read from lab/.gpu); what the device machine lacks of the host
+tools' requirements (pydantic; protobuf at our version) and of the testbed's (the `kubernetes` client) travels as
+one archive of the wheels `prepare` downloads and unpacks, with a CUDA holder (lab/cuda_hold.c) it builds with cc. The
 stack was rendered for a placeholder UUID; `run` puts the host's first GPU's UUID in its place (the UUID and the
 volume name derived from it): the one change besides the plugin's image, which is a local OCI archive of NVIDIA's
 binary (pull policy Never), as in tests/node. `--rehearse` runs everything but the GPU: the synthetic CDI spec, the
