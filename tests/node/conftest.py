@@ -305,7 +305,7 @@ def seen(lines: list[str]) -> set[str]:
     return files
 
 
-def delete_pods(plane: ControlPlane, node: Node) -> None:
+def delete_pods(plane: ControlPlane) -> None:
     """Delete every tenant pod and wait until the kubelet has stopped them."""
     delete_every_pod(plane, TENANT)
 

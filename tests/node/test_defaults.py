@@ -39,7 +39,7 @@ def deployed(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Temp
     apply_render(node_plane, rendered_objects(tmp_path_factory.mktemp("render"), STRATEGY, guard=False))
     pod = eventually(lambda: plugin_pod(node_plane, STRATEGY), "the plugin pod Running")
     yield pod
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
 
 
 def plugin_process_status() -> dict[str, str]:
@@ -84,7 +84,7 @@ def test_a_tenant_pod_sees_exactly_the_gpu_the_kubelet_allocated(
     assert seen(result["lines"]) == set(given)
     # The plugin answered as NVIDIA's does for envvar: the UUID in NVIDIA_VISIBLE_DEVICES.
     assert f"env NVIDIA_VISIBLE_DEVICES={EXPOSED}" in result["lines"]
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
 
 
 def test_routes_the_toolkit_honours_reach_hidden_gpus_without_the_guard(
@@ -119,4 +119,4 @@ def test_the_kubelet_refuses_a_gpu_beyond_what_the_plugin_offers(
         "the second 1-GPU pod refused",
     )
     assert refused["status"]["reason"] in ("UnexpectedAdmissionError", f"OutOf{GPU}"), refused["status"]
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)

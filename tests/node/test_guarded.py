@@ -55,7 +55,7 @@ def guarded(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempP
     eventually(lambda: "hidden-gpu guard" in (denial(node_plane, probe, namespace=TENANT, identity="admin") or ""),
                "the guard in force")  # fmt: skip
     yield pod
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
     remove_guard(node_plane, objects)
 
 
@@ -79,7 +79,7 @@ def test_the_allocated_pod_still_runs_under_the_guard(node_plane: ControlPlane, 
     result = run_probe(node_plane, node, probe_pod("one-gpu", gpus=1))
     assert allocated(node, result["pod"]) == [EXPOSED]
     assert seen(result["lines"]) == {EXPOSED}
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
 
 
 def test_audit_reads_this_kubelet_and_the_pods_cgroups(
@@ -101,7 +101,7 @@ def test_audit_reads_this_kubelet_and_the_pods_cgroups(
     status, out = scan(HIDDEN[0])
     assert status == 1, out
     assert f"pid {pid}: a pod uses a hidden GPU" in out and f"{TENANT}/holder" in out
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
 
 
 def test_verify_against_this_node_finds_only_the_stand_in_images(

@@ -37,7 +37,7 @@ def deployed(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Temp
     apply_render(node_plane, rendered_objects(tmp_path_factory.mktemp("render"), STRATEGY, guard=False))
     pod = eventually(lambda: plugin_pod(node_plane, STRATEGY), "the volume-mounts plugin pod Running")
     yield pod
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
 
 
 def test_the_plugin_gets_its_gpu_through_the_rendered_mount(node: Node, deployed: Pod) -> None:
@@ -59,7 +59,7 @@ def test_an_allocated_pod_sees_its_gpu(node_plane: ControlPlane, node: Node, dep
     # The plugin answered as NVIDIA's does for volume-mounts: the directory in the variable, one /dev/null per GPU.
     assert f"env NVIDIA_VISIBLE_DEVICES={REQUEST_DIR}" in result["lines"]
     assert f"request {EXPOSED}" in result["lines"]
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
 
 
 def test_the_variable_and_zero_request_routes_see_nothing(node_plane: ControlPlane, node: Node, deployed: Pod) -> None:

@@ -92,7 +92,7 @@ def deployed(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Temp
     eventually(lambda: running(node_plane, GFD) and features(), "GFD Running and its labels written")
     eventually(lambda: running(node_plane, EXPORTER), "dcgm-exporter Running")
     yield objects
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
     for operand in (GFD, EXPORTER):
         path = f"/apis/apps/v1/namespaces/{PLUGIN_NAMESPACE}/daemonsets/{pinned_operand_name(operand, NODE)}"
         node_plane.request("DELETE", path)

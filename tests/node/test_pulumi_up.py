@@ -55,7 +55,7 @@ def upped(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.TempPat
     deployed.up(on_output=None)
     yield deployed
     deployed.destroy(on_output=None)
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
     delete_guard(node_plane, missing_ok=False)
 
 

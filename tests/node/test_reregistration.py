@@ -56,7 +56,7 @@ def deployed(node_plane: ControlPlane, node: Node, tmp_path_factory: pytest.Temp
     apply_render(node_plane, rendered_objects(tmp_path_factory.mktemp("render"), STRATEGY, guard=False))
     eventually(lambda: plugin_pod(node_plane, STRATEGY), "the plugin pod Running")
     yield
-    delete_pods(node_plane, node)
+    delete_pods(node_plane)
 
 
 class FirstRegistration(threading.Thread):
