@@ -63,7 +63,13 @@ def check_guard_policy(declared: PolicySpec, args: GuardSettings, live: Live) ->
         ",".join(VALIDATION_ACTIONS[args.mode]),
         ",".join(actions) if actions else "<missing>",
     )
-    bound = "<missing>" if binding is None else ("every namespace" if not narrowed(spec) else "narrowed")
+    # Bound to this policy, everywhere it matches: a binding that names another policy or narrows its match binds less.
+    if binding is None:
+        bound = "<missing>"
+    elif spec.get("policyName") != declared.name:
+        bound = f"binds {spec.get('policyName')}"
+    else:
+        bound = "narrowed" if narrowed(spec) else "every namespace"
     yield Check("cluster", f"binding {declared.name} scope", "every namespace", bound)
 
 

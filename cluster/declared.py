@@ -1,6 +1,6 @@
 """The objects the stack declares around its plugins, live against desired/: each node's plugin DaemonSet and its
 ConfigMap, the pinned operands, the DRA plugin and its identity, the plugin namespace's NetworkPolicies, the
-RuntimeClasses.
+RuntimeClasses; and nothing beside them that widens them.
 
 Every field the stack sets must hold its value (the API server's defaults beside them are fine), a list of named
 items (containers, init containers, volumes, mounts, variables) must name exactly the stack's, in its order, and
@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes.utils.quantity import parse_quantity
 
 from cluster.live import Check
-from common.names import PROVIDER_ANNOTATION_PREFIX, Allocator
+from common.names import PROVIDER_ANNOTATION_PREFIX, Allocator, dra_plugin_name
 from desired.device_plugin import plugin_objects
 from desired.dra_plugin import dra_plugin_objects
 from desired.node_labels import pinned_operands
@@ -30,21 +30,36 @@ from stack_config.node_config import NodeConfig
 # What a difference shows of a live value: enough to recognise it.
 SHOWN = 80
 Key = tuple[str, str, str]
-# Fields the API server does not default: the live value is the declared one, no more.
-EXACT = frozenset({"securityContext", "data", "rules", "roleRef", "subjects", "podSelector", "policyTypes"})
-# Fields whose absence is what the stack declares (no host namespace, no variables from elsewhere, no traffic).
+# Compared whole: what the stack states of them is the live value, no more (desired/ states each as the API server
+# stores it: ConfigMap `data`, `policyTypes`, a subject's or roleRef's apiGroup are defaulted only where left out).
+EXACT = frozenset(
+    {"securityContext", "data", "rules", "roleRef", "subjects", "podSelector", "policyTypes", "ingress", "egress"}
+)
+# Fields whose absence is what the stack declares, none of which the API server defaults (k8s.io/kubernetes v1.37.2
+# pkg/apis/core/v1/defaults.go:82-100, :243-273, read): no host namespace or port, no variables from elsewhere, no
+# container, command, claim, device or node beyond the stack's, no mount propagation, no traffic.
 UNSET = frozenset(
     {
         "hostNetwork",
         "hostPID",
         "hostIPC",
+        "hostPort",
         "shareProcessNamespace",
         "ephemeralContainers",
+        "initContainers",
+        "command",
+        "args",
         "envFrom",
+        "resourceClaims",
+        "volumeDevices",
+        "mountPropagation",
+        "nodeName",
         "ingress",
         "egress",
     }
 )
+# `kubectl rollout restart` writes it into a pod template: the one annotation there the stack does not state.
+ROLL_ANNOTATION = "kubectl.kubernetes.io/restartedAt"
 # The client's parser of `500m`, `1Gi`: the API server's own rules.
 _quantity: Callable[[object], Decimal] = parse_quantity
 
@@ -132,6 +147,28 @@ def declared(stack: StackConfig) -> dict[str, list[Object]]:
     return found
 
 
+def check_nothing_beside(stack: StackConfig, live: dict[Key, Object]) -> Iterator[Check]:
+    """No NetworkPolicy in the plugin namespace but the stack's (policies add up: another one may open what the
+    stack's close), and no ClusterRoleBinding gives a pinned DRA plugin's account more than the stack's binding."""
+    namespace = stack.device_plugin.namespace
+    mine = {key_of(obj) for objects in declared(stack).values() for obj in objects}
+    others = sorted(k[2] for k in live if k[0] == "NetworkPolicy" and k[1] == namespace and k not in mine)
+    yield Check("cluster", f"other NetworkPolicies in {namespace}", "none", ",".join(others) or "none")
+    for node in stack.nodes:
+        if node.allocator != Allocator.DRA or not node.exposed_gpus:
+            continue
+        account = {"kind": "ServiceAccount", "namespace": namespace, "name": dra_plugin_name(node.name)}
+        binds = sorted(
+            name
+            for (kind, _, name), obj in live.items()
+            if kind == "ClusterRoleBinding"
+            and (kind, "", name) not in mine
+            and any({k: s.get(k) for k in account} == account for s in obj.get("subjects") or [])
+        )
+        what = f"other ClusterRoleBindings of ServiceAccount {namespace}/{account['name']}"
+        yield Check(node.name, what, "none", ",".join(binds) or "none")
+
+
 def _of_node(stack: StackConfig, node: NodeConfig) -> list[Object]:
     if not node.exposed_gpus:
         return []
@@ -152,12 +189,30 @@ def check_declared(stack: StackConfig, live: dict[Key, Object]) -> Iterator[Chec
             if found is None:
                 yield Check(scope, what, "as declared", "<missing>")
                 continue
-            body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-            annotations = body["metadata"].get("annotations") or {}
-            # How the provider applies it, not what the object holds (the provider may keep them or not).
-            kept = {k: v for k, v in annotations.items() if not k.startswith(PROVIDER_ANNOTATION_PREFIX)}
-            body["metadata"] = {k: v for k, v in body["metadata"].items() if k != "annotations"}
-            if kept:
-                body["metadata"]["annotations"] = kept
-            found_differences = list(differences(body, found))
+            body = _without_provider_annotations({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")})
+            found_differences = [*_template_annotations(body, found), *differences(body, found)]
             yield Check(scope, what, "as declared", "; ".join(found_differences) or "as declared")
+
+
+def _without_provider_annotations(body: Object) -> Object:
+    """How the provider applies an object (pulumi.com/...) is not what the object holds: it may keep them or not."""
+    annotations = body["metadata"].get("annotations") or {}
+    kept = {k: v for k, v in annotations.items() if not k.startswith(PROVIDER_ANNOTATION_PREFIX)}
+    body = {**body, "metadata": {k: v for k, v in body["metadata"].items() if k != "annotations"}}
+    if kept:
+        body["metadata"]["annotations"] = kept
+    return body
+
+
+def _template_annotations(body: Object, found: Object) -> Iterator[str]:
+    """A pod template's annotations whole (one naming a CDI device would hand the pods a GPU): taken out of `body`,
+    compared here with the live ones but the roll's."""
+    template = (body.get("spec") or {}).get("template")
+    if template is None:
+        return
+    wanted = template["metadata"].pop("annotations", None) or {}
+    live_template = ((found.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    live = {k: v for k, v in (live_template.get("annotations") or {}).items() if k != ROLL_ANNOTATION}
+    for key in sorted(set(live) | set(wanted)):
+        if live.get(key) != wanted.get(key):
+            yield f"spec.template.metadata.annotations.{key} {_shown(live.get(key))}"

@@ -68,12 +68,16 @@ class Live:
     adopted: dict[tuple[str, str], dict[str, Any] | None] = field(default_factory=dict)
     # The pods of the hand-made DaemonSets shared by several nodes (adoptDevicePlugin.shared), by its selector.
     shared_pods: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    # hidden-gpu's DaemonSets, ConfigMaps, ServiceAccounts, ClusterRoles and bindings, NetworkPolicies, by (kind,
-    # namespace, name): cluster/declared.py compares them with what the stack declares.
+    # hidden-gpu's DaemonSets, ConfigMaps, ServiceAccounts and ClusterRoles, every ClusterRoleBinding, the plugin
+    # namespace's NetworkPolicies, by (kind, namespace, name): cluster/declared.py compares them with the stack's.
     declared: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     # What cluster/leftovers.py judges, by collection: namespaces, configmaps, secrets, resourceclaims, templates,
     # pods (every one in the cluster).
     leftovers: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
+
+    def compared(self) -> dict[tuple[str, str, str], dict[str, Any]]:
+        """Every object cluster/declared.py compares, by (kind, namespace, name)."""
+        return {**self.declared, **{("RuntimeClass", "", name): obj for name, obj in self.runtime_classes.items()}}
 
     @classmethod
     def read(
@@ -122,29 +126,30 @@ class Live:
                 for key in sorted(set(shared))
                 if (daemon_set := found.get(key)) is not None
             },
-            declared=_declared(reader),
+            declared=_declared(reader, plugin_namespace),
             leftovers={kind: _readable(reader, kind, path) for kind, path in LEFTOVER_PATHS.items()},
         )
 
 
 # The kinds hidden-gpu declares around its plugins (cluster/declared.py), by collection: a LIST's items carry no kind.
+# Its own, by label; every ClusterRoleBinding, and every NetworkPolicy of the plugin namespace: another one that
+# binds a pinned plugin's account or opens its pods' network widens what the stack declares.
 DECLARED_PATHS = {
     "DaemonSet": "/apis/apps/v1/daemonsets",
     "ConfigMap": "/api/v1/configmaps",
     "ServiceAccount": "/api/v1/serviceaccounts",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    "NetworkPolicy": "/apis/networking.k8s.io/v1/networkpolicies",
 }
+ALL_BINDINGS = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
 
 
-def _declared(reader: Reader) -> dict[tuple[str, str, str], dict[str, Any]]:
-    """hidden-gpu's own objects of those kinds, by (kind, namespace, name)."""
-    return {
-        (kind, o["metadata"].get("namespace", ""), o["metadata"].get("name", "")): o
-        for kind, path in DECLARED_PATHS.items()
-        for o in reader.list(path, OURS)
-    }
+def _declared(reader: Reader, plugin_namespace: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Those objects, by (kind, namespace, name)."""
+    found = [(kind, o) for kind, path in DECLARED_PATHS.items() for o in reader.list(path, OURS)]
+    found += [("ClusterRoleBinding", o) for o in reader.list(ALL_BINDINGS)]
+    policies = f"/apis/networking.k8s.io/v1/namespaces/{plugin_namespace}/networkpolicies"
+    found += [("NetworkPolicy", o) for o in reader.list(policies)]
+    return {(kind, o["metadata"].get("namespace", ""), o["metadata"].get("name", "")): o for kind, o in found}
 
 
 # Helm's release records (up to about 1 MiB each, holding no env) are left out of the Secrets read.

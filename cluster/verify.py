@@ -14,7 +14,9 @@ handler), each admission policy field by field (failure policy, matches, namespa
 variables, rules), their bindings (the stack's mode, every namespace), the void policy if
 `guard.addVoid` (its variables and mutation) and the quotas exist as the program declares them; the objects around
 the plugins (each node's plugin DaemonSet and ConfigMap, pinned operands, DRA plugin and its identity, the plugin
-namespace's NetworkPolicies, the RuntimeClasses) hold every field desired/ gives them, nothing added (cluster/declared.py). DRA
+namespace's NetworkPolicies, the RuntimeClasses) hold every field desired/ gives them, with
+nothing added that could reach a GPU, and no other NetworkPolicy or ClusterRoleBinding widens them
+(cluster/declared.py). DRA
 (cluster/dra.py): no DeviceClass maps an NVIDIA resource name, the stack's DeviceClasses and their quotas are as
 declared, and no ResourceSlice of a stack's node lists a hidden GPU a class tenants may use selects.
 The cluster is the stack's own (`kubernetes:context`, `kubernetes:kubeconfig`) unless --context or
@@ -25,6 +27,7 @@ API server cannot be reached, refuses, or answers something malformed, 4 on an i
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -34,7 +37,7 @@ from typing import Any
 
 from cluster.admission_checks import check_guard_policy, check_node_switches, check_void_policy, same
 from cluster.adoption import check_adoption
-from cluster.declared import check_declared
+from cluster.declared import check_declared, check_nothing_beside
 from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
 from cluster.leftovers import check_leftovers
@@ -42,6 +45,7 @@ from cluster.live import Check, Live
 from cluster.metrics import usable, write_textfile
 from common.cli import EXIT_FINDING, EXIT_OK, add_stack_source, format_table, parser, run, stack_file, stack_name_of
 from common.names import (
+    CDI_ANNOTATION_PATTERN,
     DRA_PLUGIN_IMAGE_NAMES,
     DRA_PLUGIN_NAME,
     GPU_RESOURCE,
@@ -119,7 +123,7 @@ def _widened(pod: dict[str, Any], exposed: str, may_add: set[str]) -> Iterator[s
     (that one is checked on its own): a container privileged or given a capability the render does not add (the
     toolkit treats SYS_ADMIN as privileged), another container whose NVIDIA_VISIBLE_DEVICES is neither `void` nor
     the exposed UUIDs (unset: the image's own `all`), variables from a ConfigMap or Secret, the host's PID or IPC
-    namespace."""
+    namespace, a CDI device named by a pod annotation."""
     spec = pod.get("spec") or {}
     containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
     first = (spec.get("containers") or [{}])[0]
@@ -137,6 +141,9 @@ def _widened(pod: dict[str, Any], exposed: str, may_add: set[str]) -> Iterator[s
         if container is not first and values[-1:] not in ([NO_GPU_VALUES[0]], [exposed]):
             yield f"{name} {VISIBLE_DEVICES_ENV}={values[-1] if values else '<unset: the image sees all>'}"
     yield from (f"{key}" for key in ("hostPID", "hostIPC") if spec.get(key))
+    # A CDI device named by annotation reaches the runtime whatever the variables say.
+    annotations = pod["metadata"].get("annotations") or {}
+    yield from (f"annotation {key}" for key in sorted(annotations) if re.search(CDI_ANNOTATION_PATTERN, key))
 
 
 def _pinned(node: NodeConfig, what: str, mine: list[dict[str, Any]], *, runs: bool | None = None) -> Iterator[Check]:
@@ -281,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
         checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices)]
-        classes = {("RuntimeClass", "", name): found for name, found in live.runtime_classes.items()}
-        checks += check_declared(stack, {**live.declared, **classes})
+        checks += check_declared(stack, everything := live.compared())
+        checks += check_nothing_beside(stack, everything)
         failed = [c for c in checks if not c.ok]
         compared.append(checks)
         if args.json:

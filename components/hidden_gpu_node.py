@@ -12,7 +12,6 @@ from common.names import (
     DEFAULT_DRA_PLUGIN_IMAGE,
     FIELD_MANAGER,
     FIELD_MANAGER_ANNOTATION,
-    NODE_LABEL,
     NODE_OUTPUT_KEYS,
     NVIDIA_RUNTIME_HANDLER,
     OPERANDS_OFF_ANNOTATION,
@@ -27,7 +26,7 @@ from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from desired.device_plugin import config_data, config_map_metadata, plugin_metadata, plugin_name, plugin_spec
 from desired.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
-from desired.pods import node_class_metadata, runtime_scheduling
+from desired.pods import node_class_metadata, node_class_scheduling
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
 from stack_config.models import DraConfig
 from stack_config.node_config import AdoptedPluginConfig, NodeConfig, OperandsConfig
@@ -334,7 +333,7 @@ def _runtime_class(
         # Pods that pick this class land on this node: the nvidia runtime is only offered
         # where a pinned plugin decides which GPUs a pod gets. By our own label: the
         # kubernetes.io/hostname label need not equal the node's name.
-        scheduling=as_args(derive(node, lambda n: runtime_scheduling(NODE_LABEL, n.name))),
+        scheduling=as_args(derive(node, lambda n: node_class_scheduling(n.name))),
         opts=opts,
     )
 

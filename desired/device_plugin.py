@@ -11,13 +11,10 @@ from common.names import (
     CDI_SPEC_DIR,
     CONFIG_CHECKSUM_ANNOTATION,
     CONTAINER_DRIVER_ROOT,
-    FIELD_MANAGER,
-    FIELD_MANAGER_ANNOTATION,
     GPU_RESOURCE,
     KUBELET_DEVICE_PLUGINS,
     NO_GPU_VALUES,
     NODE_LABEL,
-    PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_FILE,
     PLUGIN_CONFIG_KEY,
     PLUGIN_NAME,
@@ -31,6 +28,7 @@ from common.names import (
     plugin_labels,
 )
 from desired.pods import (
+    TAKEN_BACK,
     Object,
     daemon_set_spec,
     device_requests,
@@ -222,7 +220,7 @@ def plugin_metadata(
         # pulumi-kubernetes v4.25 pkg/await/await.go), and patchForce takes every field this declares from the
         # hand-made manager; an import would need each object's ID in the program and a first `up` that changes
         # nothing. Fields only the hand-made manager set and this does not declare stay: cluster.verify names them.
-        annotations = {**annotations, PATCH_FORCE_ANNOTATION: "true", FIELD_MANAGER_ANNOTATION: FIELD_MANAGER}
+        annotations = {**annotations, **TAKEN_BACK}
     return {
         "name": plugin_name(name, adopt),
         "namespace": plugin_namespace_of(adopt, plugin_namespace),

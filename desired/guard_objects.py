@@ -4,11 +4,8 @@ desired/node_switches.py's: AccessGuard places them as retained resources."""
 from __future__ import annotations
 
 from common.names import (
-    FIELD_MANAGER,
-    FIELD_MANAGER_ANNOTATION,
     PART_OF,
     PART_OF_LABEL,
-    PATCH_FORCE_ANNOTATION,
     VOID_POLICY_NAME,
 )
 from desired import node_switches
@@ -22,7 +19,7 @@ from desired.guard_rules import (
     void_variables,
 )
 from desired.guard_settings import GuardSettings, PolicySpec
-from desired.pods import Object, fields
+from desired.pods import TAKEN_BACK, Object, fields
 
 RULE_FIELDS = ("apiGroups", "apiVersions", "operations", "resources")
 
@@ -30,8 +27,7 @@ RULE_FIELDS = ("apiGroups", "apiVersions", "operations", "resources")
 def metadata(name: str) -> Object:
     """Retained on delete, so a later `up` (this stack's or a new one's) must take the objects back: one well-known
     field manager, forcing over whoever changed them meanwhile."""
-    annotations = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"}
-    return {"name": name, "labels": {PART_OF_LABEL: PART_OF}, "annotations": annotations}
+    return {"name": name, "labels": {PART_OF_LABEL: PART_OF}, "annotations": TAKEN_BACK}
 
 
 def _rule(rule: dict[str, list[str]]) -> Object:

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 from common.names import (
     DCGM_EXPORTER_PORT,
-    FIELD_MANAGER,
-    FIELD_MANAGER_ANNOTATION,
     OPERANDS_NETWORK_POLICY,
     PART_OF,
     PART_OF_LABEL,
-    PATCH_FORCE_ANNOTATION,
     PINNED_OPERANDS,
     PLUGIN_NAME,
     PLUGIN_NAME_LABEL,
     PLUGIN_NETWORK_POLICY,
     POD_SECURITY_ENFORCE_LABEL,
 )
-from desired.pods import Object
+from desired.pods import TAKEN_BACK, Object
 
 LABELS = {PART_OF_LABEL: PART_OF}
 
@@ -34,10 +31,9 @@ def network_policies(namespace: object) -> dict[str, Object]:
     exporter's metrics port (they read GPUs and the kubelet's PodResources over local files and a unix socket).
     `namespace` placed as given. Taken back by another `up` of any stack without a conflict: stacks that share a
     cluster share the plugin namespace (offline.fleet) and so these policies."""
-    shared = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"}
 
     def metadata(name: str) -> Object:
-        return {"name": name, "namespace": namespace, "labels": LABELS, "annotations": shared}
+        return {"name": name, "namespace": namespace, "labels": LABELS, "annotations": TAKEN_BACK}
 
     operands = {"key": PLUGIN_NAME_LABEL, "operator": "In", "values": sorted(PINNED_OPERANDS.values())}
     both = ["Ingress", "Egress"]

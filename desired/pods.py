@@ -12,10 +12,13 @@ from typing import Any
 from common.names import (
     DEV_NULL,
     DEVICE_REQUEST_DIR,
+    FIELD_MANAGER,
+    FIELD_MANAGER_ANNOTATION,
     NODE_LABEL,
     NVIDIA_RUNTIME_HANDLER,
     PART_OF,
     PART_OF_LABEL,
+    PATCH_FORCE_ANNOTATION,
     PLUGIN_CONFIG_DIR,
     POOL_LABEL,
     SCAN_SKIP_ANNOTATION_PREFIX,
@@ -31,6 +34,9 @@ from stack_config.node_config import NodeConfig
 from stack_config.plugin_config import DevicePluginConfig
 
 Object = dict[str, Any]
+# Objects `up` takes back whoever changed them meanwhile (retained ones, adopted ones, those stacks share): one
+# well-known field manager, forcing over the others.
+TAKEN_BACK = {FIELD_MANAGER_ANNOTATION: FIELD_MANAGER, PATCH_FORCE_ANNOTATION: "true"}
 
 
 def fields(**values: Any) -> Object:
@@ -162,6 +168,12 @@ def pool_class(pool: str) -> Object:
     }
 
 
+def node_class_scheduling(node_name: str) -> Object:
+    """Where the node's own RuntimeClass lands a pod: by our node label (kubernetes.io/hostname need not equal the
+    node's name)."""
+    return runtime_scheduling(NODE_LABEL, node_name)
+
+
 def runtime_classes(nodes: list[NodeConfig]) -> list[Object]:
     """The RuntimeClasses of the nodes that expose GPUs, whole: each node's own, or its pool's once."""
     found: dict[str, Object] = {}
@@ -169,13 +181,12 @@ def runtime_classes(nodes: list[NodeConfig]) -> list[Object]:
         if not node.exposed_gpus:
             continue
         if node.pool:
-            found.setdefault(node.pool, pool_class(node.pool))
+            found.setdefault(f"pool {node.pool}", pool_class(node.pool))
         else:
-            scheduling = runtime_scheduling(NODE_LABEL, node.name)
-            own = {
-                "metadata": node_class_metadata(node.name),
+            metadata, scheduling = node_class_metadata(node.name), node_class_scheduling(node.name)
+            found[f"node {node.name}"] = {
+                "metadata": metadata,
                 "handler": NVIDIA_RUNTIME_HANDLER,
                 "scheduling": scheduling,
             }
-            found[f"node {node.name}"] = own
     return list(found.values())

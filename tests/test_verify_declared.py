@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.declared import check_declared, declared, key_of
+from cluster.declared import check_declared, check_nothing_beside, declared, key_of
 from common.tokens import Token
 from offline.program import run_program
 from stack_config import parse_project_config, read_stack_file
@@ -56,7 +56,8 @@ def test_what_the_program_declares_is_what_verify_expects(stack_file: Path) -> N
 
 
 def mismatches(config: dict[str, Any], live: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, str]:
-    return {c.what: c.actual for c in check_declared(parse_project_config(config), live) if not c.ok}
+    stack = parse_project_config(config)
+    return {c.what: c.actual for c in [*check_declared(stack, live), *check_nothing_beside(stack, live)] if not c.ok}
 
 
 def plugin_of(live: dict[tuple[str, str, str], dict[str, Any]], name: str) -> dict[str, Any]:
@@ -136,4 +137,41 @@ def test_an_adopted_plugin_is_compared_where_it_was_made() -> None:
     live[("DaemonSet", "kube-system", "nvidia-device-plugin-pinned")]["spec"]["selector"]["matchLabels"] = {"a": "b"}
     assert mismatches(config, live) == {
         "DaemonSet kube-system/nvidia-device-plugin-pinned": "spec.selector.matchLabels.name <unset>"
+    }
+
+
+def test_what_reaches_a_gpu_beside_the_declared_fields_is_named() -> None:
+    """Fields the stack leaves out on purpose: a CDI annotation in a pod template, an init container naming every
+    GPU in a DaemonSet that has none, a command in place of the image's own."""
+    live = rendered(EVERY)
+    exporter = plugin_of(live, "dcgm-exporter-gpu-node-01")["spec"]["template"]
+    exporter["metadata"]["annotations"]["cdi.k8s.io/gpu"] = "nvidia.com/gpu=all"
+    exporter["spec"]["initContainers"] = [{"name": "all", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]
+    plugin = plugin_of(live, "nvidia-device-plugin-gpu-node-01")["spec"]["template"]
+    plugin["spec"]["containers"][0]["args"] = ["--device-list-strategy=envvar"]
+    plugin["metadata"]["annotations"] = {"kubectl.kubernetes.io/restartedAt": "2026-12-06T00:00:00Z"}  # a restart
+    found = mismatches(EVERY, live)
+    said = found.pop("DaemonSet hidden-gpu-system/dcgm-exporter-gpu-node-01").split("; ")
+    assert said[0] == "spec.template.metadata.annotations.cdi.k8s.io/gpu nvidia.com/gpu=all"
+    assert said[1].startswith("spec.template.spec.initContainers [{")
+    assert found == {
+        "DaemonSet hidden-gpu-system/nvidia-device-plugin-gpu-node-01": (
+            "spec.template.spec.containers[nvidia-device-plugin].args ['--device-list-strategy=envvar']"
+        )
+    }
+
+
+def test_a_policy_or_binding_beside_the_stacks_that_widens_it_is_named() -> None:
+    """NetworkPolicies add up, so another one in the plugin namespace may open what the stack's close; another
+    ClusterRoleBinding may give the DRA plugin's account more than its role."""
+    live = rendered(EVERY)
+    opened = {"metadata": {"name": "allow-all", "namespace": "hidden-gpu-system"}, "spec": {"podSelector": {}}}
+    live[("NetworkPolicy", "hidden-gpu-system", "allow-all")] = opened
+    account = {"kind": "ServiceAccount", "name": "hidden-gpu-nvidia-dra-kubelet-plugin-gpu-node-04",
+               "namespace": "hidden-gpu-system"}  # fmt: skip
+    admin = {"metadata": {"name": "dra-admin"}, "roleRef": {"name": "cluster-admin"}, "subjects": [account]}
+    live[("ClusterRoleBinding", "", "dra-admin")] = admin
+    assert mismatches(EVERY, live) == {
+        "other NetworkPolicies in hidden-gpu-system": "allow-all",
+        f"other ClusterRoleBindings of ServiceAccount hidden-gpu-system/{account['name']}": "dra-admin",
     }

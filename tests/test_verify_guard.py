@@ -47,7 +47,7 @@ def test_the_void_policy_is_checked_where_the_stack_declares_it(
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
     assert status == EXIT_OK, out
     assert "MutatingAdmissionPolicy hidden-gpu-add-void" in out
-    assert out.strip().endswith("in 82 checks, 24 API requests")
+    assert out.strip().endswith("in 83 checks, 24 API requests")
     cluster.mutating_policies[0]["spec"]["mutations"] = []  # someone emptied it
     cluster.mutating_bindings.clear()
     status, out, _ = run(tmp_path, cluster, capsys, stack=stack)
@@ -113,6 +113,7 @@ def exempt_a_tenant(cluster: Cluster) -> None:
             ),
             "scope",
         ),
+        (lambda c: guard_binding(c)["spec"].__setitem__("policyName", "allow-all"), "scope"),
     ],
     ids=[
         "fails-open",
@@ -121,6 +122,7 @@ def exempt_a_tenant(cluster: Cluster) -> None:
         "variable-dropped",
         "exempts-a-label",
         "bound-to-fewer-namespaces",
+        "bound-to-another-policy",
     ],
 )
 def test_every_safety_field_of_the_live_guard_is_compared(

@@ -176,6 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
         namespace = None
         if parts[:3] == ["api", "v1", "namespaces"] and len(parts) == 5:
             namespace, path = parts[3], f"api/v1/{parts[4]}"
+        if parts[0] == "apis" and len(parts) == 6 and parts[3] == "namespaces":
+            namespace, path = parts[4], f"apis/{parts[1]}/{parts[2]}/{parts[5]}"
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
             found = next((n for n in self.cluster.nodes if n["metadata"]["name"] == parts[3]), None)
             if found is None:
