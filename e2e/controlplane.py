@@ -290,6 +290,26 @@ class ControlPlane:
     ) -> Any:
         """One API request through the `kubernetes` client; JSON in and out (`raw`: the text). An HTTP error raises
         ApiError with the server's Status; the answer's Warning headers are its `__warnings__`."""
+        response = self._sent(method, path, body, identity=identity, content_type=content_type, seconds=60)
+        text = self._read(method, path, response.read)
+        if response.status >= 400:
+            raise _refused(response.status, text)
+        if raw:
+            return text
+        result = json.loads(text) if text else {}
+        if isinstance(result, dict):
+            result["__warnings__"] = response.getheaders().getlist("Warning")
+        return result
+
+    def stream(self, path: str, *, identity: str = "admin", seconds: float = 130) -> Any:
+        """A GET read as it comes (a watch): the answer once its headers are in, whose lines are the events. Close it
+        when done: a connection with unread data must not go back to the client's pool."""
+        response = self._sent("GET", path, None, identity=identity, content_type="application/json", seconds=seconds)
+        if response.status >= 400:
+            raise _refused(response.status, self._read("GET", path, response.read))
+        return response.response
+
+    def _sent(self, method: str, path: str, body: Any, *, identity: str, content_type: str, seconds: float) -> Any:
         resource, _, query = path.partition("?")
         api = self.client(identity)
         serialized = api.param_serialize(
@@ -300,25 +320,26 @@ class ControlPlane:
             body=body,
             auth_settings=["BearerToken"],
         )
+        return self._read(method, path, lambda: api.call_api(*serialized, _request_timeout=seconds))
+
+    @staticmethod
+    def _read(method: str, path: str, read: Callable[[], Any]) -> Any:
+        """`read`'s result; a request not sent or not answered is an OSError, as a socket's is (poll waits it out)."""
         import urllib3  # noqa: PLC0415 (the client's transport, imported with it)
 
         try:
-            response = api.call_api(*serialized, _request_timeout=60)
-            text = response.read().decode(errors="replace")  # type: ignore[no-untyped-call]
-        except urllib3.exceptions.HTTPError as error:  # not sent or not answered: an OSError, as a socket's are
-            raise ConnectionError(f"{method} {resource}: {error}") from None
-        if response.status >= 400:
-            try:
-                status = json.loads(text)
-            except ValueError:
-                status = {"message": text}
-            raise ApiError(response.status, status if isinstance(status, dict) else {"message": text})
-        if raw:
-            return text
-        result = json.loads(text) if text else {}
-        if isinstance(result, dict):
-            result["__warnings__"] = response.getheaders().getlist("Warning")  # type: ignore[no-untyped-call]
-        return result
+            result = read()
+        except urllib3.exceptions.HTTPError as error:
+            raise ConnectionError(f"{method} {path.partition('?')[0]}: {error}") from None
+        return result.decode(errors="replace") if isinstance(result, bytes) else result
+
+
+def _refused(code: int, text: str) -> ApiError:
+    try:
+        status = json.loads(text)
+    except ValueError:
+        status = {"message": text}
+    return ApiError(code, status if isinstance(status, dict) else {"message": text})
 
 
 class ApiError(Exception):

@@ -14,10 +14,8 @@ count again: a kubelet restart, on the real kubelet and the stand-in plugin."""
 from __future__ import annotations
 
 import json
-import ssl
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,18 +67,15 @@ class FirstRegistration(threading.Thread):
         self.started = threading.Event()
 
     def run(self) -> None:
-        context = ssl.create_default_context(cafile=str(self.plane.root / "pki/ca.crt"))
-        request = urllib.request.Request(
-            f"{self.plane.url}/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{NODE}&timeoutSeconds=120"
-        )
-        request.add_header("Authorization", f"Bearer {self.plane.tokens['admin']}")
-        with urllib.request.urlopen(request, context=context, timeout=130) as response:
-            self.started.set()
-            for line in response:
-                event = json.loads(line)
-                if event["type"] == "ADDED":
-                    self.first = event["object"]
-                    return
+        path = f"/api/v1/nodes?watch=true&fieldSelector=metadata.name%3D{NODE}&timeoutSeconds=120"
+        response = self.plane.stream(path)
+        self.started.set()  # the answer's headers are in: the watch has started
+        for line in response:
+            event = json.loads(line)
+            if event["type"] == "ADDED":
+                self.first = event["object"]
+                response.close()  # unread, its connection must not go back to the pool
+                return
 
 
 def register_again(plane: ControlPlane, node: Node, node_labels: dict[str, str] | None) -> dict[str, Any]:
