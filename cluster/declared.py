@@ -147,11 +147,10 @@ def declared(stack: StackConfig) -> dict[str, list[Object]]:
     return found
 
 
-def check_nothing_beside(stack: StackConfig, live: dict[Key, Object]) -> Iterator[Check]:
-    """No NetworkPolicy in the plugin namespace but the stack's (policies add up: another one may open what the
-    stack's close), and no ClusterRoleBinding gives a pinned DRA plugin's account more than the stack's binding."""
+def _nothing_beside(stack: StackConfig, live: dict[Key, Object], mine: set[Key]) -> Iterator[Check]:
+    """No NetworkPolicy in the plugin namespace but the stack's (`mine`; policies add up: another one may open what
+    the stack's close), and no ClusterRoleBinding gives a pinned DRA plugin's account more than the stack's binding."""
     namespace = stack.device_plugin.namespace
-    mine = {key_of(obj) for objects in declared(stack).values() for obj in objects}
     others = sorted(k[2] for k in live if k[0] == "NetworkPolicy" and k[1] == namespace and k not in mine)
     yield Check("cluster", f"other NetworkPolicies in {namespace}", "none", ",".join(others) or "none")
     for node in stack.nodes:
@@ -180,8 +179,9 @@ def _of_node(stack: StackConfig, node: NodeConfig) -> list[Object]:
 
 
 def check_declared(stack: StackConfig, live: dict[Key, Object]) -> Iterator[Check]:
-    """One check per declared object: `as declared`, or the fields that differ."""
-    for scope, objects in declared(stack).items():
+    """One check per declared object: `as declared`, or the fields that differ; then what stands beside them."""
+    every = declared(stack)
+    for scope, objects in every.items():
         for obj in objects:
             kind, namespace, name = key_of(obj)
             found = live.get((kind, namespace, name))
@@ -192,6 +192,8 @@ def check_declared(stack: StackConfig, live: dict[Key, Object]) -> Iterator[Chec
             body = _without_provider_annotations({k: v for k, v in obj.items() if k not in ("apiVersion", "kind")})
             found_differences = [*_template_annotations(body, found), *differences(body, found)]
             yield Check(scope, what, "as declared", "; ".join(found_differences) or "as declared")
+
+    yield from _nothing_beside(stack, live, {key_of(obj) for objects in every.values() for obj in objects})
 
 
 def _without_provider_annotations(body: Object) -> Object:

@@ -37,7 +37,7 @@ from typing import Any
 
 from cluster.admission_checks import check_guard_policy, check_node_switches, check_void_policy, same
 from cluster.adoption import check_adoption
-from cluster.declared import check_declared, check_nothing_beside
+from cluster.declared import check_declared
 from cluster.dra import check_dra
 from cluster.kube import Reader, add_cluster_options, api_client
 from cluster.leftovers import check_leftovers
@@ -288,8 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         checks = [c for node in stack.nodes for c in check_node(node, live)] + list(check_stack(stack, live))
         checks += check_records(stack_name_of(path), stack, live)
         checks += [Check(*found) for found in check_dra(stack, live.device_classes, live.resource_slices)]
-        checks += check_declared(stack, everything := live.compared())
-        checks += check_nothing_beside(stack, everything)
+        checks += check_declared(stack, live.compared())
         failed = [c for c in checks if not c.ok]
         compared.append(checks)
         if args.json:

@@ -62,5 +62,6 @@ def validated_input(
 def as_args(value: pulumi.Input[Any]) -> Any:
     """A desired/ object (or an Output of one) where the SDK's typed arguments are expected. Its keys are the API's
     own field names, which the SDK sends unchanged where they are not its Python names (pulumi 3.272.0
-    runtime/rpc.py:739-743, read; every render's objects match the API's field names: tests/test_render.py)."""
+    runtime/rpc.py:739-743, read); a key the API does not know fails every render's strict schema check
+    (tests/test_schemas.py)."""
     return value

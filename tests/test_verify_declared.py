@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.declared import check_declared, check_nothing_beside, declared, key_of
+from cluster.declared import check_declared, declared, key_of
 from common.tokens import Token
 from offline.program import run_program
 from stack_config import parse_project_config, read_stack_file
@@ -57,7 +57,7 @@ def test_what_the_program_declares_is_what_verify_expects(stack_file: Path) -> N
 
 def mismatches(config: dict[str, Any], live: dict[tuple[str, str, str], dict[str, Any]]) -> dict[str, str]:
     stack = parse_project_config(config)
-    return {c.what: c.actual for c in [*check_declared(stack, live), *check_nothing_beside(stack, live)] if not c.ok}
+    return {c.what: c.actual for c in check_declared(stack, live) if not c.ok}
 
 
 def plugin_of(live: dict[tuple[str, str, str], dict[str, Any]], name: str) -> dict[str, Any]:
