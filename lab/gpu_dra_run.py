@@ -49,12 +49,12 @@ from lab.gpu_host import (
     TENANT,
     cdi_writer,
     host_facts,
-    install_wheels,
     libraries,
     nvml,
     pod_image,
     sh,
     unpack_nodeset,
+    unpack_site,
 )
 from lab.gpu_node_phases import Run
 from lab.gpu_pack import GPU_CARRY, NODESET_FILE
@@ -285,7 +285,7 @@ def run(carry: Path, out: Path) -> int:
         facts = result["host"] = host_facts(rehearse=False)
         bin_dir = held.work / "bin"
         result["versions"] = unpack_nodeset(carry, bin_dir)["versions"]
-        install_wheels(carry, held.work)
+        unpack_site(carry, held.work)
         binary = lzma.decompress((carry / PLUGIN_XZ).read_bytes())
         if hashlib.sha256(binary).hexdigest() != PLUGIN_SHA256:
             raise RuntimeError(f"{PLUGIN_XZ}: not the binary ../shared/bin/README.md names")

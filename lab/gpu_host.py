@@ -218,7 +218,7 @@ def rendered(carry: Path, variant: str, uuid: str, plugin_image: str) -> list[di
     return objects
 
 
-def install_wheels(carry: Path, work: Path) -> Path:
+def unpack_site(carry: Path, work: Path) -> Path:
     """The packages the device lacks, unpacked into a directory of their own: the host tools' (their subprocesses
     get it as PYTHONPATH) and the testbed's API client, which this process imports from it (first on its path: the
     device's own packages stay behind it)."""

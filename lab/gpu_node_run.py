@@ -45,11 +45,11 @@ from lab.gpu_host import (
     TENANT,
     cdi_writer,
     host_facts,
-    install_wheels,
     make_images,
     rendered,
     sh,
     unpack,
+    unpack_site,
 )
 from lab.gpu_node_phases import PODS, SETTINGS, Run, audit_run, dra_run, restart_run, setting_run
 from lab.gpu_node_prepare import SHARED_PLUGIN, prepare
@@ -72,7 +72,7 @@ def run(carry: Path, out: Path, rehearse: bool) -> int:  # noqa: PLR0915 (one ru
         bin_dir = held.work / "bin"
         packed = unpack(carry, bin_dir, rehearse)
         timings["unpack"] = round(time.monotonic() - began, 2)
-        site = None if rehearse else install_wheels(carry, held.work)  # rehearsed here, the venv has them
+        site = None if rehearse else unpack_site(carry, held.work)  # rehearsed here, the venv has them
         result["versions"] = {
             **packed["versions"],
             "binaries": {n: sh(bin_dir / n, "--version").stdout.strip().splitlines()[:1] for n in

@@ -21,7 +21,7 @@ def test_the_carried_packages_are_unpacked_first_on_the_runs_path(tmp_path: Path
         archive.add(package, arcname=".")
     before = list(sys.path)
     try:
-        site = gpu_host.install_wheels(carry, work)
+        site = gpu_host.unpack_site(carry, work)
         assert sys.path[0] == str(site) and site == work / "site"
         import hidden_gpu_carried  # type: ignore[import-not-found]  # noqa: PLC0415
 
