@@ -25,7 +25,7 @@ from components.inputs import as_args, derive, is_plain, validated_input
 from components.pinned_operands import pinned_operand
 from components.stack_types import DevicePluginSpec, NodeSpec
 from desired.device_plugin import config_data, config_map_metadata, plugin_metadata, plugin_name, plugin_spec
-from desired.node_labels import node_labels, operands_off, pinned_operands, planned_operands, runtime_class_of
+from desired.node_labels import node_labels, operands_off, pinned_operands, planned_operands
 from desired.pods import node_class_metadata, node_class_scheduling
 from stack_config.errors import MISSING_KEY, ConfigError, InvalidInputError, as_written, unknown_key, validated
 from stack_config.models import DraConfig
@@ -317,7 +317,7 @@ def _summary(node: NodeConfig) -> NodeSummary:
         advertisedCount=node.advertised_gpus,
         hiddenCount=len(node.hidden_gpus),
         devicePlugin=plugin_name(node.name, node.taken_over_plugin) if node.runs_plugin else None,
-        runtimeClass=runtime_class_of(node)[0] if node.exposed_gpus else None,
+        runtimeClass=node.class_name if node.exposed_gpus else None,
     )
 
 

@@ -23,14 +23,6 @@ from stack_config.models import StackConfig
 from stack_config.node_config import NodeConfig, OperandsConfig
 
 
-def runtime_class_of(node: NodeConfig) -> tuple[str, str, str]:
-    """The RuntimeClass the node's pods name, and the node label and value it schedules by: the
-    pool's where the node has one, else the node's own."""
-    if node.pool:
-        return node.class_name, POOL_LABEL, node.pool
-    return node.class_name, NODE_LABEL, node.name
-
-
 def gpu_device_classes(stack: StackConfig) -> dict[str, list[str]]:
     """The stack's DeviceClasses and the UUIDs each selects (StackConfig.dra_classes)."""
     return stack.dra_classes
